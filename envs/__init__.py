@@ -1,0 +1,1 @@
+"""Environments shipped with grpo_marl and their registration (imported lazily by the registry)."""

@@ -1,0 +1,184 @@
+"""GRPO: group-relative advantages instead of a critic, clipped surrogate, k3 KL to a reference.
+
+The algorithm is env-agnostic: it sees a :class:`~grpo_marl.batch.Batch` whose rollouts are
+grouped contiguously and a Task that can score actions (``log_prob``). Control, multi-agent and
+text all come through here.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch import Tensor, nn
+
+from grpo_marl.advantages import outcome_advantages, return_to_go_advantages, zero_std_groups
+from grpo_marl.algos import register_algo
+from grpo_marl.batch import Batch
+from grpo_marl.losses import make_loss, token_weights
+
+
+@register_algo("grpo")
+class GRPO:
+    """See DESIGN.md section 1. ``cfg`` is the ``algo`` config section."""
+
+    name = "grpo"
+    collector = "episodes"
+
+    def __init__(self, cfg: DictConfig, task: Any, device: torch.device) -> None:
+        self.cfg = cfg
+        self.task = task
+        self.device = device
+        self.loss_fn = make_loss(
+            str(cfg.loss),
+            clip_eps_low=float(cfg.clip_eps_low),
+            clip_eps_high=float(cfg.clip_eps_high),
+            beta=float(cfg.beta),
+            entropy_coef=float(cfg.entropy_coef),
+        )
+        # Sequence losses (GSPO) need the [B, T] layout; step-level minibatching flattens it.
+        self.layout = "sequence" if (cfg.loss == "gspo" or task.minibatch_by == "sequence") else "step"
+        self.ref_policy: nn.Module | None = None
+        if float(cfg.beta) > 0:
+            self.ref_policy = self._frozen_copy(task.policy)
+        self.updates = 0
+
+    # -- trainable state ---------------------------------------------------------------------
+    def modules(self) -> dict[str, nn.Module]:
+        """Modules trained besides the policy (none: GRPO has no critic)."""
+        return {}
+
+    @staticmethod
+    def _frozen_copy(policy: nn.Module) -> nn.Module:
+        ref = getattr(policy, "make_reference", None)
+        ref = ref() if callable(ref) else copy.deepcopy(policy)
+        if isinstance(ref, nn.Module):
+            ref.eval()
+            for p in ref.parameters():
+                p.requires_grad_(False)
+        return ref
+
+    # -- data ------------------------------------------------------------------------------
+    def collect(self) -> Batch:
+        """One batch of groups; with ``zero_std=resample`` keep collecting (DAPO dynamic sampling)
+        until ``num_groups`` groups carry signal or ``max_resample`` extra collections were made."""
+        batch = self.task.collect(self.task.policy)
+        if self.cfg.zero_std != "resample":
+            return batch
+        target = batch.num_groups
+        zero_total, groups_total = 0, 0
+        kept: list[Batch] = []
+        n_kept = 0
+        for attempt in range(int(self.cfg.max_resample) + 1):
+            if attempt:
+                batch = self.task.collect(self.task.policy)
+            zero = self.zero_groups(batch)
+            zero_total += int(zero.sum())
+            groups_total += len(zero)
+            if (~zero).any():
+                kept.append(batch.select_groups(~zero))
+                n_kept += int((~zero).sum())
+            if n_kept >= target:
+                break
+        if not kept:
+            batch.metrics["rollout/frac_zero_std_groups_sampled"] = 1.0
+            return batch
+        out = Batch.cat(kept)
+        if out.num_groups > target:
+            keep = torch.zeros(out.num_groups, dtype=torch.bool, device=out.mask.device)
+            keep[:target] = True
+            out = out.select_groups(keep)
+        out.metrics = dict(batch.metrics)
+        out.metrics["rollout/frac_zero_std_groups_sampled"] = zero_total / max(groups_total, 1)
+        out.metrics["rollout/resample_collections"] = float(attempt)
+        return out
+
+    def group_returns(self, batch: Batch) -> tuple[Tensor, Tensor]:
+        """Per-rollout total reward ``[groups, G]`` and which rollouts have any valid step."""
+        mask = batch.grouped("mask")
+        returns = (batch.grouped("rewards") * mask).sum(-1)
+        return returns, mask.any(-1)
+
+    def zero_groups(self, batch: Batch) -> Tensor:
+        returns, valid = self.group_returns(batch)
+        return zero_std_groups(returns, valid)
+
+    def advantages(self, batch: Batch) -> Tensor:
+        """``[B, T]`` advantages from the configured estimator (pure functions in advantages.py)."""
+        rewards, mask = batch.grouped("rewards"), batch.grouped("mask")
+        if self.cfg.advantage == "outcome":
+            adv = outcome_advantages(rewards, mask, scale=str(self.cfg.scale))
+        else:
+            adv = return_to_go_advantages(rewards, mask, gamma=float(self.cfg.gamma), scale=str(self.cfg.scale))
+        return adv.reshape(batch.mask.shape)
+
+    def prepare(self, batch: Batch) -> tuple[dict[str, Tensor] | None, dict[str, float]]:
+        """Advantages, aggregation weights and reference log-probs, laid out for minibatching.
+
+        Returns ``(None, metrics)`` when no group carries signal (all-equal rewards): the loss would
+        be exactly zero, so the update is skipped and ``train/skipped_updates`` says why.
+        """
+        zero = self.zero_groups(batch)
+        metrics = {"rollout/frac_zero_std_groups": float(zero.float().mean())}
+        if self.cfg.zero_std in ("skip", "resample") and zero.any():
+            if zero.all():
+                return None, metrics
+            batch = batch.select_groups(~zero)
+        elif zero.all():
+            return None, metrics
+        adv = self.advantages(batch)
+        weights = token_weights(batch.mask, str(self.cfg.aggregation))
+        keys = list(self.task.input_keys) + ["logp"]
+        if self.layout == "step":
+            m = batch.mask
+            data = {k: batch[k][m] for k in keys}
+            data["advantages"] = adv[m]
+            data["weights"] = weights[m]
+        else:
+            data = {k: batch[k] for k in keys}
+            data.update(advantages=adv, weights=weights, mask=batch.mask)
+            for k in getattr(self.task, "extra_keys", ()):
+                data[k] = batch[k]
+        if self.ref_policy is not None:
+            with torch.no_grad():
+                data["ref_logp"] = self._ref_logp(data)
+        metrics["train/advantage_abs_mean"] = float((adv.abs() * batch.mask).sum() / batch.mask.sum())
+        return data, metrics
+
+    def _ref_logp(self, data: dict[str, Tensor]) -> Tensor:
+        out, _ = self.task.log_prob(self.ref_policy, data, need_entropy=False)
+        return out.detach()
+
+    # -- loss ------------------------------------------------------------------------------
+    def loss(self, mb: dict[str, Tensor], weight_scale: float) -> dict[str, Tensor]:
+        logp, entropy = self.task.log_prob(self.task.policy, mb, need_entropy=self.cfg.entropy_coef > 0)
+        return self.loss_fn(
+            logp,
+            mb["logp"],
+            mb["advantages"],
+            mb["weights"] * weight_scale,
+            ref_logp=mb.get("ref_logp"),
+            entropy=entropy,
+            mask=mb.get("mask"),
+        )
+
+    def after_update(self) -> None:
+        """Iterative GRPO: refresh the reference every ``ref_refresh`` updates (0 = frozen)."""
+        self.updates += 1
+        k = int(self.cfg.ref_refresh)
+        if self.ref_policy is not None and k > 0 and self.updates % k == 0:
+            self.ref_policy.load_state_dict(self.task.policy.state_dict())
+
+    # -- resume ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"updates": self.updates}
+        if self.ref_policy is not None:
+            state["ref_policy"] = self.ref_policy.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.updates = state["updates"]
+        if self.ref_policy is not None and "ref_policy" in state:
+            self.ref_policy.load_state_dict(state["ref_policy"])

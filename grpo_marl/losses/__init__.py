@@ -1,0 +1,64 @@
+"""Policy losses and token aggregation.
+
+Losses are ``nn.Module`` classes looked up by name in :data:`LOSSES`, so a config says
+``algo.loss=gspo`` and the trainer calls :func:`make_loss`; new variants register themselves with
+:func:`register_loss` (from user code too) instead of growing an ``if loss_type == ...`` chain.
+The registry is defined before the built-in loss modules are imported so that those modules (and
+future ones such as ``ppo.py``) can ``from grpo_marl.losses import register_loss`` without an
+import cycle.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+from torch import nn
+
+LossT = TypeVar("LossT", bound=type[nn.Module])
+
+#: name -> loss class (an ``nn.Module`` subclass).
+LOSSES: dict[str, type[nn.Module]] = {}
+
+
+def register_loss(name: str) -> Callable[[LossT], LossT]:
+    """Class decorator registering a loss module under ``name``."""
+
+    def decorator(cls: LossT) -> LossT:
+        existing = LOSSES.get(name)
+        if existing is not None and existing is not cls:
+            raise ValueError(f"loss {name!r} is already registered ({existing.__qualname__})")
+        LOSSES[name] = cls
+        return cls
+
+    return decorator
+
+
+def make_loss(name: str, **kwargs: Any) -> nn.Module:
+    """Instantiate the loss registered as ``name`` with ``kwargs``."""
+    if name not in LOSSES:
+        raise ValueError(f"unknown loss {name!r}; registered: {', '.join(sorted(LOSSES))}")
+    return LOSSES[name](**kwargs)
+
+
+from grpo_marl.losses.aggregation import (  # noqa: E402  (registry must exist first)
+    AGGREGATIONS,
+    AggregationFn,
+    register_aggregation,
+    token_weights,
+)
+from grpo_marl.losses.grpo import GRPOLoss, GSPOLoss  # noqa: E402
+
+register_loss("grpo")(GRPOLoss)
+register_loss("gspo")(GSPOLoss)
+
+__all__ = [
+    "AGGREGATIONS",
+    "AggregationFn",
+    "GRPOLoss",
+    "GSPOLoss",
+    "LOSSES",
+    "make_loss",
+    "register_aggregation",
+    "register_loss",
+    "token_weights",
+]

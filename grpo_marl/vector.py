@@ -1,0 +1,187 @@
+"""Vectorized single-agent environments with one contract for every collector.
+
+Collectors need four things Gymnasium's vector envs do not agree on: per-env reset seeds (the
+native ``CartPoleVectorEnv`` takes one int), the same autoreset semantics (native envs reset on
+the *next* step, Sync/Async can reset in the *same* step), the final observation of a finished
+episode (for bootstrapping truncations), and copying one env's state into others (seed and state
+groups). :class:`VecEnv` gives exactly that, with ``SAME_STEP`` semantics: the observation
+returned for a finished env is already the first one of its next episode and the last real
+observation is in ``final_obs``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from grpo_marl.snapshot import restore_env, snapshot_env
+
+
+class VecStep(NamedTuple):
+    obs: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_obs: np.ndarray | None  # rows valid where terminated | truncated
+
+
+class VecEnv:
+    """Common interface; see the module docstring for the semantics."""
+
+    num_envs: int
+    single_observation_space: gym.Space
+    single_action_space: gym.Space
+    max_episode_steps: int | None
+    supports_snapshot: bool = False
+
+    def reset(self, seeds: Sequence[int]) -> np.ndarray:
+        """Reset every env; envs given the same seed start from the same state."""
+        raise NotImplementedError
+
+    def step(self, actions: np.ndarray) -> VecStep:
+        raise NotImplementedError
+
+    def snapshot(self, index: int) -> Any:
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot snapshot envs; use vectorization=sync (or native) for "
+            "group_mode=state"
+        )
+
+    def restore(self, indices: Sequence[int], snapshot: Any) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot restore envs; use vectorization=sync (or native)"
+        )
+
+    def close(self) -> None:
+        pass
+
+
+class NativeCartPoleVecEnv(VecEnv):
+    """Gymnasium's numpy ``CartPoleVectorEnv`` with per-env seeds, SAME_STEP resets and snapshots.
+
+    Its state is a ``(4, N)`` array plus a step counter per env, so copying a column is an exact
+    snapshot (the dynamics are deterministic; the RNG only draws new initial states).
+    """
+
+    supports_snapshot = True
+
+    def __init__(self, num_envs: int, **kwargs: Any) -> None:
+        from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+
+        self.env = CartPoleVectorEnv(num_envs=num_envs, **kwargs)
+        self.num_envs = num_envs
+        self.single_observation_space = self.env.single_observation_space
+        self.single_action_space = self.env.single_action_space
+        self.max_episode_steps = int(self.env.max_episode_steps)
+
+    def reset(self, seeds: Sequence[int]) -> np.ndarray:
+        seeds = np.asarray(seeds, dtype=np.int64)
+        self.env.reset(seed=int(seeds[0]))
+        # One int seeds the whole native env; envs sharing a seed copy their leader's state, and
+        # each distinct seed's leader draws its own state from the env RNG.
+        _, leader, inverse = np.unique(seeds, return_index=True, return_inverse=True)
+        self.env.state = np.ascontiguousarray(self.env.state[:, leader[inverse]])
+        return self.env.state.T.astype(np.float32)
+
+    def step(self, actions: np.ndarray) -> VecStep:
+        env = self.env
+        env.prev_done[:] = False  # we reset finished envs ourselves, in the same step
+        obs, reward, terminated, truncated, _ = env.step(actions)
+        done = terminated | truncated
+        final_obs = None
+        if done.any():
+            final_obs = obs.copy()
+            n = int(done.sum())
+            env.state[:, done] = env.np_random.uniform(low=env.low, high=env.high, size=(4, n))
+            env.steps[done] = 0
+            obs = env.state.T.astype(np.float32)
+        return VecStep(obs, reward, terminated, truncated, final_obs)
+
+    def snapshot(self, index: int) -> Any:
+        return (self.env.state[:, index].copy(), int(self.env.steps[index]))
+
+    def restore(self, indices: Sequence[int], snapshot: Any) -> None:
+        state, steps = snapshot
+        idx = np.asarray(indices)
+        self.env.state[:, idx] = state[:, None]
+        self.env.steps[idx] = steps
+
+    def observations(self, indices: Sequence[int]) -> np.ndarray:
+        return self.env.state[:, np.asarray(indices)].T.astype(np.float32)
+
+
+class GymVecEnv(VecEnv):
+    """Gymnasium ``SyncVectorEnv``/``AsyncVectorEnv`` in SAME_STEP autoreset mode."""
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], asynchronous: bool = False) -> None:
+        from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+        cls = AsyncVectorEnv if asynchronous else SyncVectorEnv
+        self.env = cls(list(env_fns), autoreset_mode=AutoresetMode.SAME_STEP)
+        self.num_envs = self.env.num_envs
+        self.single_observation_space = self.env.single_observation_space
+        self.single_action_space = self.env.single_action_space
+        self.supports_snapshot = not asynchronous
+        spec = self.env.spec if getattr(self.env, "spec", None) else None
+        self.max_episode_steps = getattr(spec, "max_episode_steps", None) if spec else None
+        if self.max_episode_steps is None and not asynchronous:
+            self.max_episode_steps = self.env.envs[0].spec.max_episode_steps if self.env.envs[0].spec else None
+
+    def reset(self, seeds: Sequence[int]) -> np.ndarray:
+        obs, _ = self.env.reset(seed=[int(s) for s in seeds])
+        return obs
+
+    def step(self, actions: np.ndarray) -> VecStep:
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        final_obs = None
+        done = terminated | truncated
+        if done.any():
+            final_obs = obs.copy()
+            finals = info.get("final_obs")
+            if finals is not None:
+                for i in np.flatnonzero(done):
+                    final_obs[i] = finals[i]
+        return VecStep(obs, reward.astype(np.float32), terminated, truncated, final_obs)
+
+    def snapshot(self, index: int) -> Any:
+        if not self.supports_snapshot:
+            return super().snapshot(index)
+        return snapshot_env(self.env.envs[index])
+
+    def restore(self, indices: Sequence[int], snapshot: Any) -> None:
+        if not self.supports_snapshot:
+            return super().restore(indices, snapshot)
+        for i in indices:
+            restore_env(self.env.envs[int(i)], snapshot)
+            # SAME_STEP bookkeeping: a restored env is mid-episode, not awaiting a reset.
+            self.env._autoreset_envs[int(i)] = False
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def make_vec_env(
+    spec: Any, num_envs: int, env_kwargs: dict[str, Any] | None = None, vectorization: str = "auto"
+) -> VecEnv:
+    """Build a :class:`VecEnv` for a registered gymnasium-kind spec.
+
+    ``vectorization``: ``native`` (Gymnasium's numpy vector env, CartPole), ``sync`` (one process),
+    ``async`` (one process per env: for envs whose step costs more than the IPC), or ``auto``
+    (native where available, else sync).
+    """
+    env_kwargs = dict(env_kwargs or {})
+    if vectorization not in ("auto", "native", "sync", "async"):
+        raise ValueError(f"vectorization must be auto|native|sync|async, got {vectorization!r}")
+    native_ok = spec.gym_id in ("CartPole-v1", "CartPole-v0") and not env_kwargs.get("render_mode")
+    if vectorization == "native" and not native_ok:
+        raise ValueError(f"env {spec.name!r} has no native vector implementation; use sync or async")
+    if vectorization in ("auto", "native") and native_ok:
+        max_steps = 200 if spec.gym_id == "CartPole-v0" else 500
+        return NativeCartPoleVecEnv(num_envs, max_episode_steps=max_steps, **env_kwargs)
+
+    def make_one() -> gym.Env:
+        return spec.make(**env_kwargs)
+
+    return GymVecEnv([make_one] * num_envs, asynchronous=vectorization == "async")

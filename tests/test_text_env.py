@@ -1,0 +1,131 @@
+"""Text env, tasks and reward functions: the Gymnasium face and the batched scoring path."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from envs.text.env import TextEnv
+from envs.text.rewards import REWARDS, get_reward, parse_roots
+from envs.text.tasks import arithmetic_task, format_quadratic, jsonl_task, quadratic_task
+
+
+def test_arithmetic_single_digit_is_all_100_and_evaluated_on_all() -> None:
+    task = arithmetic_task()
+    assert len(task.train) == 100 and task.eval == task.train
+    assert "3+5=" in task.train.prompts
+    assert task.train.answers[task.train.prompts.index("9+9=")] == "18"
+    assert task.max_new_tokens == 3  # two digits + EOS
+
+
+def test_arithmetic_multi_digit_holds_out_prompts() -> None:
+    task = arithmetic_task(digits=2)
+    assert len(task.train) + len(task.eval) == 10_000
+    assert not set(task.train.prompts) & set(task.eval.prompts)
+    assert len(task.eval) == 2000
+
+
+def test_quadratic_format_matches_seed_example() -> None:
+    assert format_quadratic(-1, -3) == ("Solve x^2 + 4x + 3 = 0", "x = -1, -3")
+    assert format_quadratic(3, -3) == ("Solve x^2 - 9 = 0", "x = 3, -3")
+    assert format_quadratic(0, 1) == ("Solve x^2 - x = 0", "x = 1, 0")
+    task = quadratic_task()
+    assert len(task.train) + len(task.eval) == 190  # unordered root pairs in -9..9
+    assert not set(task.train.prompts) & set(task.eval.prompts)
+
+
+@pytest.mark.parametrize(
+    ("completion", "answer", "roots", "exact", "fmt"),
+    [
+        ("x = -1, -3", "x = -1, -3", 1.0, 1.0, 1.0),
+        ("x = -3, -1", "x = -1, -3", 1.0, 1.0, 1.0),  # any order
+        ("x = -1, 5", "x = -1, -3", 0.5, 0.0, 1.0),  # partial credit per root
+        ("x = 3", "x = 3, 3", 1.0, 1.0, 1.0),  # double root written once
+        ("x = 3, 3, 3", "x = 3, 3", 2 / 3, 0.0, 1.0),  # extra values cost
+        ("-1, -3", "x = -1, -3", 0.0, 0.0, 0.0),  # wrong format
+    ],
+)
+def test_quadratic_rewards(completion: str, answer: str, roots: float, exact: float, fmt: float) -> None:
+    args = (["p"], [completion], [answer])
+    assert REWARDS["quadratic_roots"](*args)[0] == pytest.approx(roots)
+    assert REWARDS["quadratic_exact"](*args)[0] == exact
+    assert REWARDS["quadratic_format"](*args)[0] == fmt
+
+
+def test_int_rewards() -> None:
+    comps, answers = ["8", " 8 ", "08", "9", "x", ""], ["8"] * 6
+    assert REWARDS["int_match"]([""] * 6, comps, answers) == [1, 1, 1, 0, 0, 0]
+    close = REWARDS["int_closeness"]([""] * 6, comps, answers)
+    assert close[0] == 1.0 and 0 < close[3] < 1 and close[4] == 0.0
+    assert REWARDS["exact_match"]([""] * 6, comps, answers) == [1, 1, 0, 0, 0, 0]
+    assert parse_roots("x=1,2") == [1, 2]
+
+
+def test_reward_lookup_by_module_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = types.ModuleType("my_text_rewards")
+
+    def length_penalty(prompts, completions, answers, **kw):  # type: ignore[no-untyped-def]
+        return [-float(len(c)) for c in completions]
+
+    mod.length_penalty = length_penalty  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "my_text_rewards", mod)
+    assert get_reward("my_text_rewards:length_penalty") is length_penalty
+    with pytest.raises(ValueError, match="registered"):
+        get_reward("no_such_reward")
+    with pytest.raises(ValueError, match="no attribute"):
+        get_reward("my_text_rewards:missing")
+
+
+def test_task_score_weights_and_accuracy() -> None:
+    task = arithmetic_task()
+    total, per, acc = task.score(["1+2=", "1+2="], ["3", "4"], ["3", "3"])
+    assert acc.tolist() == [1.0, 0.0]
+    assert total[0] == pytest.approx(1.5)
+    assert total[1] == pytest.approx(0.5 * per["int_closeness"][1])
+
+
+def test_jsonl_task_with_custom_reward(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    rows = [{"question": f"say {w}", "label": w} for w in ["cat", "dog", "owl", "bee", "ant"]]
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    task = jsonl_task(str(path), prompt_key="question", answer_key="label", eval_frac=0.2)
+    assert len(task.train) == 4 and len(task.eval) == 1
+    assert set("say cat") <= set(task.alphabet)
+    total, _, acc = task.score(["say cat"], ["cat"], ["cat"])
+    assert acc[0] == 1.0 and total[0] == 1.0
+    with pytest.raises(ValueError, match="expected keys"):
+        jsonl_task(str(path))
+
+
+@pytest.mark.parametrize("task_fn", [arithmetic_task, quadratic_task])
+def test_env_passes_gymnasium_checker(task_fn) -> None:  # type: ignore[no-untyped-def]
+    env = TextEnv(task_fn(), render_mode="ansi")
+    check_env(env, skip_render_check=False)
+
+
+def test_env_same_seed_same_prompt_and_scoring() -> None:
+    env = TextEnv(arithmetic_task(), split="eval", render_mode="ansi")
+    p1, info1 = env.reset(seed=7)
+    p2, info2 = env.reset(seed=7)
+    assert p1 == p2 and info1["index"] == info2["index"]  # the 'seed' group mode
+    obs, reward, term, trunc, info = env.step(info1["answer"])
+    assert term and not trunc and reward == pytest.approx(1.5) and info["accuracy"] == 1.0
+    assert info1["answer"] in env.render()
+    prompt, info = env.reset(options={"index": 3})
+    assert prompt == env.data.prompts[3]
+    total, _, acc = env.score_batch(np.array([3, 3]), [env.data.answers[3], "x"])
+    assert acc.tolist() == [1.0, 0.0] and total[1] == 0.0
+
+
+def test_registry_knows_text_envs() -> None:
+    from grpo_marl.registry import get_spec, make_env
+
+    for name in ("arithmetic", "quadratic", "text_jsonl"):
+        assert get_spec(name).kind == "text"
+    env = make_env("arithmetic", digits=1, split="eval")
+    assert isinstance(env, TextEnv) and len(env.data) == 100
