@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import grpo_marl.marl.config  # noqa: F401  (registers the marl config validator)
 from grpo_marl.marl.envs import MARL_ENVS, make_parallel_env
 from grpo_marl.registry import register_env
 
@@ -27,20 +28,17 @@ from grpo_marl.registry import register_env
 TUNED: dict[str, dict[str, Any]] = {
     "simple_spread": {
         "total_steps": 1_500_000,
-        "algo": {"group_size": 8, "num_groups": 16, "gamma": 0.99},
-        "marl": {"grouping": "seed"},
+        "algo": {"group_size": 8, "num_groups": 16, "gamma": 0.99, "group_mode": "seed"},
         "eval": {"episodes": 100},
     },
     "simple_speaker_listener": {
         "total_steps": 1_000_000,
-        "algo": {"group_size": 8, "num_groups": 16, "gamma": 0.99},
-        "marl": {"grouping": "seed"},
+        "algo": {"group_size": 8, "num_groups": 16, "gamma": 0.99, "group_mode": "seed"},
         "eval": {"episodes": 100},
     },
     "pursuit": {
         "total_steps": 400_000,
-        "algo": {"group_size": 4, "num_groups": 4, "gamma": 0.99},
-        "marl": {"grouping": "seed_agent"},
+        "algo": {"group_size": 4, "num_groups": 4, "gamma": 0.99, "group_mode": "seed_agent"},
         "eval": {"episodes": 16},
     },
 }

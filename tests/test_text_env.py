@@ -58,8 +58,8 @@ def test_quadratic_rewards(completion: str, answer: str, roots: float, exact: fl
 
 
 def test_int_rewards() -> None:
-    comps, answers = ["8", " 8 ", "08", "9", "x", ""], ["8"] * 6
-    assert REWARDS["int_match"]([""] * 6, comps, answers) == [1, 1, 1, 0, 0, 0]
+    comps, answers = ["8", " 8 ", "08", "9", "x", ""], ["8"] * 6  # "08" is not canonical
+    assert REWARDS["int_match"]([""] * 6, comps, answers) == [1, 1, 0, 0, 0, 0]
     close = REWARDS["int_closeness"]([""] * 6, comps, answers)
     assert close[0] == 1.0 and 0 < close[3] < 1 and close[4] == 0.0
     assert REWARDS["exact_match"]([""] * 6, comps, answers) == [1, 1, 0, 0, 0, 0]

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from omegaconf import DictConfig
+
+from grpo_marl.config import register_validator
 from grpo_marl.registry import register_env
 
-__all__ = ["make_text_env"]
+__all__ = ["make_text_env", "text_config_errors"]
 
 
 def make_text_env(task: str, split: str = "train", **task_kwargs: Any) -> Any:
@@ -36,25 +39,43 @@ def _jsonl(split: str = "train", **kw: Any) -> Any:
     return make_text_env("text_jsonl", split=split, **kw)
 
 
-# Tuned defaults (applied under the user's CLI overrides). Tiny models trained from scratch
+# Tuned defaults (applied under the user's CLI overrides; sections as in envs/conf/*.yaml).
+# Text rewards arrive once per completion (outcome advantages); tiny models trained from scratch
 # want a larger learning rate than fine-tuning and no KL anchor to their random init.
-_FROM_SCRATCH: dict[str, Any] = {
-    "algo": {"beta": 0.0, "epochs": 1, "minibatches": 1, "ref_refresh": 0},
+_TEXT_GRPO: dict[str, Any] = {
+    "advantage": "outcome",
+    "scale": "group",
+    "aggregation": "grpo",
+    "epochs": 1,
+    "minibatches": 1,
+    "beta": 0.0,
+    "ref_refresh": 0,
+    "max_grad_norm": 1.0,
 }
+_ARITHMETIC = {
+    "common": {"total_steps": 400_000, "eval": {"every_steps": 20_000}},
+    "grpo": {"algo": {**_TEXT_GRPO, "group_size": 8, "num_groups": 32, "lr": 1e-3}},
+}
+_QUADRATIC = {
+    "common": {"total_steps": 1_000_000, "eval": {"every_steps": 50_000}, "model": {"max_positions": 48}},
+    "grpo": {"algo": {**_TEXT_GRPO, "group_size": 8, "num_groups": 32, "lr": 1e-3}},
+}
+_JSONL = {"grpo": {"algo": {**_TEXT_GRPO, "lr": 1e-5, "beta": 0.04}}}
 
 register_env(
     "arithmetic",
     _arithmetic,
     kind="text",
-    defaults=_FROM_SCRATCH,
+    defaults=_ARITHMETIC,
     threshold=0.95,
-    description="a+b= -> c (digits=1: all 100 single-digit sums); reward int_match + 0.5 int_closeness",
+    description="a+b= -> c (digits=1: all 100 single-digit sums); reward int_match + 0.5 int_closeness; "
+    "threshold on eval/accuracy",
 )
 register_env(
     "quadratic",
     _quadratic,
     kind="text",
-    defaults=_FROM_SCRATCH,
+    defaults=_QUADRATIC,
     threshold=0.8,
     description="Solve x^2 + 4x + 3 = 0 -> x = -1, -3; partial credit per root + format reward",
 )
@@ -62,7 +83,33 @@ register_env(
     "text_jsonl",
     _jsonl,
     kind="text",
-    defaults={},
+    defaults=_JSONL,
     threshold=None,
     description="prompt/answer pairs from env_kwargs.path (JSONL); rewards by name or module:function",
 )
+
+
+@register_validator
+def text_config_errors(cfg: DictConfig) -> list[str]:
+    """Validation of the ``model``/``text`` sections for text envs (registered by envs.text)."""
+    if cfg.get("env_kind") != "text":
+        return []
+    errors: list[str] = []
+    t, m, a = cfg.text, cfg.model, cfg.algo
+    if t.max_new_tokens is not None and int(t.max_new_tokens) < 1:
+        errors.append(f"text.max_new_tokens={t.max_new_tokens} must be >= 1 (or null for the task's hint)")
+    if float(t.temperature) <= 0:
+        errors.append(f"text.temperature={t.temperature} must be > 0 (evaluation is always greedy)")
+    if not 0 < float(t.top_p) <= 1:
+        errors.append(f"text.top_p={t.top_p} must be in (0, 1]")
+    if not m.path and str(m.arch) not in ("gpt2", "qwen2"):
+        errors.append(f"model.arch={m.arch!r}: tiny models are gpt2 or qwen2 (or set model.path)")
+    if not m.path and int(m.hidden_size) % int(m.num_heads):
+        errors.append(f"model.hidden_size={m.hidden_size} must be divisible by model.num_heads={m.num_heads}")
+    if bool(m.lora.enabled) and int(a.get("ref_refresh", 0) or 0) > 0:
+        errors.append("model.lora.enabled: the reference is the adapter-free base model; set algo.ref_refresh=0")
+    if str(a.name) == "grpo" and str(a.advantage) != "outcome":
+        errors.append(
+            f"algo.advantage={a.advantage}: text rewards arrive once per completion; use algo.advantage=outcome"
+        )
+    return errors

@@ -71,12 +71,13 @@ def get_reward(spec: str | RewardFunc) -> RewardFunc:
 
 # ----------------------------------------------------------------------------- parsing helpers
 
-_INT_RE = re.compile(r"^\s*(-?\d+)\s*$")
-_FIRST_INT_RE = re.compile(r"-?\d+")
+# Canonical integers only (no leading zeros, no "+"/"-0"): otherwise a policy can spend its
+# entropy on free variations ("08", "008") that all score the same, and exploration stalls.
+_INT_RE = re.compile(r"^\s*(0|-?[1-9]\d*)\s*$")
 
 
 def parse_int(text: str) -> int | None:
-    """The integer a completion states, if it is exactly one integer (surrounding spaces ok)."""
+    """The integer a completion states, if it is exactly one canonical integer (spaces around ok)."""
     m = _INT_RE.match(text)
     return int(m.group(1)) if m else None
 
@@ -107,7 +108,7 @@ def exact_match(
 def int_match(
     prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str], **kwargs: object
 ) -> list[float]:
-    """1 if the completion is exactly the integer answer (``07`` counts as 7), else 0."""
+    """1 if the completion is exactly the integer answer (canonical form, spaces around ok), else 0."""
     out = []
     for c, a in zip(completions, answers, strict=True):
         v = parse_int(c)

@@ -105,7 +105,6 @@ def _split(
     )
 
 
-ARITH_ALPHABET = "0123456789+-*= "
 
 
 def arithmetic_task(
@@ -146,7 +145,9 @@ def arithmetic_task(
         eval=ev,
         rewards=rewards if rewards is not None else {"int_match": 1.0, "int_closeness": 0.5},
         accuracy="int_match",
-        alphabet=ARITH_ALPHABET,
+        # Only the characters the task uses: every extra token is one more way to be wrong
+        # that a from-scratch policy must first learn to avoid.
+        alphabet="0123456789=" + "".join(dict.fromkeys(ops + ("-" if "-" in ops else ""))),
         max_new_tokens=max_ans + 1,
     )
 

@@ -47,9 +47,11 @@ from grpo_marl.losses.aggregation import (  # noqa: E402  (registry must exist f
     token_weights,
 )
 from grpo_marl.losses.grpo import GRPOLoss, GSPOLoss  # noqa: E402
+from grpo_marl.losses.ppo import PPOLoss  # noqa: E402
 
 register_loss("grpo")(GRPOLoss)
 register_loss("gspo")(GSPOLoss)
+register_loss("ppo")(PPOLoss)
 
 __all__ = [
     "AGGREGATIONS",
@@ -57,6 +59,7 @@ __all__ = [
     "GRPOLoss",
     "GSPOLoss",
     "LOSSES",
+    "PPOLoss",
     "make_loss",
     "register_aggregation",
     "register_loss",

@@ -18,16 +18,16 @@ to ``T`` tokens; ``input_ids = [prompt | completion]`` is ``[B, P+T]``; ``comple
 is 1 for sampled tokens up to and including the first EOS. Position ids are derived from the
 attention mask so left padding does not shift positions.
 
-The reference policy for the KL term is either a frozen copy (``reference="copy"``) or, with
-LoRA (peft), the same weights with the adapter disabled - no second model in memory.
+The reference policy for the KL term (:meth:`LLMPolicy.make_reference`, called by the GRPO
+algorithm) is a frozen copy, or with LoRA (peft) the same weights with the adapter disabled -
+no second model in memory.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,10 +110,8 @@ def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
 class LLMPolicy(nn.Module):
     """Hugging Face causal LM + tokenizer as a GRPO policy.
 
-    ``reference``: ``"copy"`` keeps a frozen deep copy for the KL term, ``"none"`` keeps none
-    (beta = 0), and with ``lora`` set the reference is always the adapter-disabled base model.
-    The reference is held outside ``parameters()``/``state_dict()`` so optimizers and
-    checkpoints only see trained weights.
+    With ``lora`` set only the adapter is trained and :meth:`make_reference` returns the
+    adapter-disabled base model; otherwise the reference is a frozen copy.
     """
 
     def __init__(
@@ -121,7 +119,6 @@ class LLMPolicy(nn.Module):
         model: nn.Module,
         tokenizer: Any,
         *,
-        reference: str = "copy",
         lora: LoraSpec | None = None,
         gradient_checkpointing: bool = False,
     ) -> None:
@@ -149,19 +146,12 @@ class LLMPolicy(nn.Module):
                 task_type="CAUSAL_LM",
             )
             model = get_peft_model(model, cfg)
-            reference = "adapter"
         if gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if lora is not None and hasattr(model, "enable_input_require_grads"):
                 model.enable_input_require_grads()
         self.model = model
         self._cache_kw = _cache_kwarg(model)
-        self.reference_mode = reference
-        self._ref: list[nn.Module] = []  # a list so the frozen copy is not a registered submodule
-        if reference == "copy":
-            self._ref.append(self._frozen_copy(model))
-        elif reference not in ("none", "adapter"):
-            raise ValueError(f"LLMPolicy: reference must be 'copy' or 'none', got {reference!r}")
 
     # ------------------------------------------------------------------ construction / io
 
@@ -172,7 +162,6 @@ class LLMPolicy(nn.Module):
         *,
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype | None = "auto",
-        reference: str = "copy",
         lora: LoraSpec | None = None,
         gradient_checkpointing: bool = False,
         trust_remote_code: bool = False,
@@ -187,7 +176,7 @@ class LLMPolicy(nn.Module):
         model = AutoModelForCausalLM.from_pretrained(
             str(path), dtype=torch_dtype, trust_remote_code=trust_remote_code
         ).to(device)
-        return cls(model, tok, reference=reference, lora=lora, gradient_checkpointing=gradient_checkpointing)
+        return cls(model, tok, lora=lora, gradient_checkpointing=gradient_checkpointing)
 
     def save_pretrained(self, path: str | Path, *, merge_lora: bool = True) -> Path:
         """Write an HF model dir that ``from_pretrained``/``model.path=`` reloads. LoRA adapters are
@@ -201,33 +190,23 @@ class LLMPolicy(nn.Module):
         self.tokenizer.save_pretrained(out)
         return out
 
-    @staticmethod
-    def _frozen_copy(model: nn.Module) -> nn.Module:
-        ref = copy.deepcopy(model)
-        ref.eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
-        return ref
-
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def refresh_reference(self) -> None:
-        """Copy current weights into the frozen reference (iterative GRPO); no-op for LoRA/none."""
-        if self.reference_mode == "copy":
-            self._ref[0].load_state_dict(self.model.state_dict())
+    def make_reference(self) -> nn.Module:
+        """The reference policy for the KL term (called once by the GRPO algorithm).
 
-    @contextmanager
-    def reference(self) -> Iterator[nn.Module]:
-        """Context yielding the reference model (adapter disabled under LoRA)."""
-        if self.reference_mode == "adapter":
-            with self.model.disable_adapter():
-                yield self.model
-        elif self.reference_mode == "copy":
-            yield self._ref[0]
-        else:
-            raise RuntimeError("LLMPolicy has no reference model (reference='none'); set algo.beta=0")
+        Full fine-tuning: a frozen deep copy. LoRA: a parameter-free view that scores with the
+        adapter disabled, i.e. the base model - no second copy of the weights in memory.
+        """
+        if self.lora is not None:
+            return AdapterDisabledReference(self)
+        ref = copy.deepcopy(self)
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
 
     # ------------------------------------------------------------------ tokenization
 
@@ -335,7 +314,9 @@ class LLMPolicy(nn.Module):
             if t + 1 == max_new_tokens or bool(done.all()):
                 break
             out = model(
-                input_ids=tok[:, None],
+                # Stopped rows feed EOS (their outputs are ignored); feeding the pad id without
+                # a mask makes transformers warn about unmasked padding.
+                input_ids=tok.masked_fill(done, self.eos_id)[:, None],
                 attention_mask=attn[:, : p_len + t + 1] if padded else None,
                 position_ids=next_pos,
                 **{self._cache_kw: cache},
@@ -404,17 +385,6 @@ class LLMPolicy(nn.Module):
             entropy = (logz - (probs * logits).sum(-1)) * mask
         return logp, entropy
 
-    @torch.no_grad()
-    def reference_logprobs(
-        self, input_ids: Tensor, attention_mask: Tensor, completion_mask: Tensor, *, temperature: float = 1.0
-    ) -> Tensor:
-        """Completion log-probs under the reference model (frozen copy or adapter disabled)."""
-        with self.reference() as ref:
-            logp, _ = self.completion_logprobs(
-                input_ids, attention_mask, completion_mask, temperature=temperature, model=ref
-            )
-        return logp
-
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor, completion_mask: Tensor, temperature: float = 1.0
     ) -> tuple[Tensor, Tensor | None]:
@@ -422,6 +392,36 @@ class LLMPolicy(nn.Module):
         return self.completion_logprobs(
             input_ids, attention_mask, completion_mask, temperature=temperature, with_entropy=True
         )
+
+
+class AdapterDisabledReference(nn.Module):
+    """Reference policy of a LoRA-tuned :class:`LLMPolicy`: its base model (adapter disabled).
+
+    Holds no parameters of its own (the policy is kept outside the module tree, so freezing or
+    checkpointing this object never touches the adapter being trained).
+    """
+
+    def __init__(self, policy: LLMPolicy) -> None:
+        super().__init__()
+        self._policy = (policy,)
+
+    def completion_logprobs(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
+        """:meth:`LLMPolicy.completion_logprobs` of the base model."""
+        policy = self._policy[0]
+        with policy.model.disable_adapter():
+            return policy.completion_logprobs(*args, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
+        return self.completion_logprobs(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        """Accept only the (empty) state of another adapter-disabled reference."""
+        if len(state_dict):
+            raise ValueError(
+                "the LoRA reference is the frozen base model and cannot be refreshed from the "
+                "policy; use algo.ref_refresh=0 with model.lora"
+            )
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
 
 def kl_k3(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tensor:

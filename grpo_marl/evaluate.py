@@ -1,0 +1,112 @@
+"""Evaluate a saved run: ``python -m grpo_marl.evaluate run=DIR [episodes=20] [video=true]``.
+
+Rebuilds the run's task from its saved ``config.yaml``, loads the policy from the last checkpoint
+and runs greedy episodes (the same evaluation as the end of training, on fresh seeds unless
+``seed_offset`` says otherwise). ``video=true`` renders episodes of single-agent envs to animated
+GIFs (Pillow only, no codec needed) in ``DIR/videos``. Results go to stdout and ``DIR/eval.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+USAGE = (
+    "usage: python -m grpo_marl.evaluate run=DIR [episodes=20] [video=false] [video_episodes=1] "
+    "[device=cpu] [seed_offset=2000] [deterministic=true]"
+)
+OPTIONS = {"run", "episodes", "video", "video_episodes", "device", "seed_offset", "deterministic"}
+
+
+def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Any, Any, Any]:
+    """Return ``(cfg, task, checkpoint)`` with the checkpoint's policy weights loaded."""
+    from grpo_marl.algos import ALGOS, _load_builtin_algos
+    from grpo_marl.checkpoint import load_checkpoint
+    from grpo_marl.registry import get_spec
+    from grpo_marl.tasks import make_task
+    from grpo_marl.trainer import resolve_device
+
+    run_dir = Path(run_dir)
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.exists():
+        raise FileNotFoundError(f"{cfg_path} not found: run=... must be a run directory written by grpo_marl.train")
+    cfg = OmegaConf.load(cfg_path)
+    cfg.device = device
+    dev = resolve_device(device)
+    ckpt = load_checkpoint(run_dir, map_location=dev)
+    _load_builtin_algos()
+    task = make_task(cfg, get_spec(str(cfg.env)), dev, collector=ALGOS[str(cfg.algo.name)].collector)
+    task.policy.load_state_dict(ckpt["modules"]["policy"])
+    task.policy.eval()
+    return cfg, task, ckpt
+
+
+def record_gifs(cfg: Any, task: Any, out_dir: Path, episodes: int, seed: int) -> list[Path]:
+    """Render greedy episodes of a single-agent env to GIFs."""
+    from PIL import Image
+
+    from grpo_marl.registry import get_spec
+
+    spec = get_spec(str(cfg.env))
+    if spec.kind != "gymnasium":
+        raise ValueError(f"video recording supports single-agent gymnasium envs, not kind {spec.kind!r}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = spec.make(**{**dict(cfg.env_kwargs or {}), "render_mode": "rgb_array"})
+    fps = int(env.metadata.get("render_fps", 30))
+    paths = []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed + ep)
+        frames = [env.render()]
+        done, total = False, 0.0
+        while not done:
+            with torch.no_grad():
+                action, _ = task.policy.act(torch.as_tensor(np.asarray(obs)[None], device=task.device), deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(task.policy.to_env(action)[0])
+            total += float(reward)
+            done = terminated or truncated
+            frames.append(env.render())
+        path = out_dir / f"episode_{ep}_return_{total:.0f}.gif"
+        images = [Image.fromarray(f) for f in frames[::2]]  # every other frame keeps files small
+        images[0].save(path, save_all=True, append_images=images[1:], duration=int(2000 / fps), loop=0)
+        paths.append(path)
+    env.close()
+    return paths
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    argv = sys.argv[1:] if argv is None else argv
+    args = OmegaConf.from_dotlist(argv)
+    unknown = set(args) - OPTIONS
+    if "run" not in args or unknown:
+        print(f"error: {'unknown options ' + str(sorted(unknown)) if unknown else 'run=DIR is required'}\n{USAGE}", file=sys.stderr)
+        sys.exit(2)
+    run_dir = Path(str(args.run))
+    try:
+        cfg, task, ckpt = load_run(run_dir, str(args.get("device", "cpu")))
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    episodes = int(args.get("episodes", cfg.eval.episodes))
+    seed_offset = int(args.get("seed_offset", 2000))
+    if "deterministic" in args:
+        cfg.eval.deterministic = bool(args.deterministic)
+    result: dict[str, Any] = task.evaluate(task.policy, episodes, seed_offset=seed_offset)
+    result.update({"run": str(run_dir), "env_steps": int(ckpt["counters"]["env_steps"])})
+    if bool(args.get("video", False)):
+        gifs = record_gifs(cfg, task, run_dir / "videos", int(args.get("video_episodes", 1)), 3_000_000 + seed_offset)
+        result["videos"] = [str(p) for p in gifs]
+    task.close()
+    (run_dir / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
+    shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items())
+    print(shown, flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,347 @@
+"""Task glue for text envs: a causal-LM policy sampling G completions per prompt.
+
+One update: draw ``algo.num_groups`` prompts from the train split (shuffled epochs, seeded),
+sample ``algo.group_size`` completions each with the KV-cache sampler, score them with the task's
+reward functions in one batched call, and hand the GRPO algorithm a ``[B, T]`` batch whose time
+axis is the completion tokens. The outcome reward sits on each completion's last valid token, so
+``algo.advantage=outcome`` broadcasts the group-relative advantage to every token.
+
+Widths are fixed per run (prompt block = the longest prompt, completion block =
+``max_new_tokens``) so batches from dynamic sampling concatenate; :meth:`TextTask.log_prob`
+trims all-padding columns of each minibatch before the forward pass, so the fixed layout costs
+nothing in compute.
+
+Env steps are completions (one-step episodes), so ``total_steps`` counts sampled completions and
+``time/sps`` is completions per second.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from torch import Tensor
+
+from grpo_marl.batch import Batch
+from grpo_marl.policies.llm import LLMPolicy, LoraSpec
+from grpo_marl.registry import EnvSpec
+
+
+def build_policy(cfg: DictConfig, alphabet: str, device: torch.device) -> LLMPolicy:
+    """Load ``model.path`` or build a tiny model + char tokenizer over the task's alphabet."""
+    m = cfg.model
+    lora = None
+    if bool(m.lora.enabled):
+        target = m.lora.target_modules
+        lora = LoraSpec(
+            r=int(m.lora.r),
+            alpha=int(m.lora.alpha),
+            dropout=float(m.lora.dropout),
+            target_modules=target if isinstance(target, str) else list(target),
+        )
+    if m.path:
+        return LLMPolicy.from_pretrained(
+            str(m.path),
+            device=device,
+            dtype=str(m.dtype),
+            lora=lora,
+            gradient_checkpointing=bool(m.gradient_checkpointing),
+            trust_remote_code=bool(m.trust_remote_code),
+        )
+    from grpo_marl.policies.llm import resolve_dtype
+    from grpo_marl.tiny_lm import TinyLMConfig, build_tiny_lm
+
+    tiny = TinyLMConfig(
+        arch=str(m.arch),
+        hidden_size=int(m.hidden_size),
+        num_layers=int(m.num_layers),
+        num_heads=int(m.num_heads),
+        intermediate_size=int(m.intermediate_size),
+        max_positions=int(m.max_positions),
+        alphabet=alphabet,
+    )
+    model, tok = build_tiny_lm(tiny, seed=int(cfg.seed))
+    model = model.to(device=device, dtype=resolve_dtype(str(m.dtype), device))
+    return LLMPolicy(model, tok, lora=lora, gradient_checkpointing=bool(m.gradient_checkpointing))
+
+
+class TextTask:
+    """Everything text-specific the trainer needs (see ``grpo_marl.tasks``)."""
+
+    minibatch_by = "sequence"
+    input_keys = ("input_ids", "attention_mask", "completion_mask")
+
+    def __init__(self, cfg: DictConfig, spec: EnvSpec, device: torch.device, collector: str = "episodes") -> None:
+        if collector != "episodes":
+            raise ValueError(
+                f"text envs are trained with GRPO's episode collector; algo {cfg.algo.name!r} asks "
+                f"for {collector!r}, which text does not support"
+            )
+        self.cfg = cfg
+        self.spec = spec
+        self.device = device
+        self.env = spec.make(**dict(cfg.env_kwargs or {}))
+        if not hasattr(self.env, "task"):
+            raise TypeError(f"env {spec.name!r} is registered as kind 'text' but is not a TextEnv")
+        self.text_task = self.env.task
+        self.train_set = self.text_task.train
+        self.eval_set = self.text_task.eval
+        t = cfg.text
+        self.max_new_tokens = int(t.max_new_tokens or self.text_task.max_new_tokens)
+        self.temperature = float(t.temperature)
+        self.top_p = float(t.top_p)
+        self.mask_truncated = bool(t.mask_truncated)
+        self.num_groups = int(cfg.algo.num_groups)
+        self.group_size = int(cfg.algo.group_size)
+        self.policy = build_policy(cfg, self.text_task.alphabet, device)
+        # Tokenize every prompt once; batches slice these tensors (no tokenizer in the hot loop).
+        self._train_ids, self._train_mask = self.policy.encode_prompts(list(self.train_set.prompts))
+        self._eval_ids, self._eval_mask = self.policy.encode_prompts(list(self.eval_set.prompts))
+        self.prompt_width = int(self._train_ids.shape[1])
+        self.generator = torch.Generator(device=device).manual_seed(int(cfg.seed))
+        self.rng = np.random.default_rng(int(cfg.seed))
+        self._order = np.empty(0, dtype=np.int64)
+        self._pos = 0
+        self.completions = 0
+        self.updates = 0
+        self.run_dir: Path | None = None
+        self._writer: Any = None
+        self.threshold_metric = "eval/accuracy"
+
+    # -- trainer hooks -----------------------------------------------------------------------
+    @property
+    def env_steps(self) -> int:
+        return self.completions
+
+    def set_env_steps(self, steps: int) -> None:
+        self.completions = int(steps)
+
+    def attach_run_dir(self, run_dir: Path, is_main: bool = True) -> None:
+        """Where sample completions go (``completions.jsonl``, appended; TensorBoard text)."""
+        self.run_dir = Path(run_dir) if is_main else None
+
+    # -- sampling ------------------------------------------------------------------------------
+    def _next_prompts(self, n: int) -> np.ndarray:
+        """``n`` train-prompt indices, walking seeded shuffles of the split (every prompt once per
+        epoch), so small datasets are covered evenly."""
+        out = []
+        while len(out) < n:
+            if self._pos >= len(self._order):
+                self._order = self.rng.permutation(len(self.train_set))
+                self._pos = 0
+            take = min(n - len(out), len(self._order) - self._pos)
+            out.extend(self._order[self._pos : self._pos + take].tolist())
+            self._pos += take
+        return np.asarray(out, dtype=np.int64)
+
+    @staticmethod
+    def _trim_left(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Drop prompt columns that are padding in every row (left padding of a sub-batch)."""
+        first = int(mask.any(0).long().argmax())
+        return ids[:, first:], mask[:, first:]
+
+    def collect(self, policy: LLMPolicy) -> Batch:
+        t0 = time.perf_counter()
+        idx = self._next_prompts(self.num_groups)
+        sel = torch.as_tensor(idx, device=self.device)
+        ids, mask = self._trim_left(self._train_ids[sel], self._train_mask[sel])
+        gen = policy.generate(
+            ids,
+            mask,
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            num_samples=self.group_size,
+            generator=self.generator,
+        )
+        t_gen = time.perf_counter()
+        texts = policy.decode(gen.completion_ids, gen.completion_mask)
+        rows = np.repeat(idx, self.group_size)
+        prompts = [self.train_set.prompts[i] for i in rows]
+        answers = [self.train_set.answers[i] for i in rows]
+        total, per_fn, acc = self.text_task.score(prompts, texts, answers)
+        t_score = time.perf_counter()
+
+        b, t_len = gen.completion_mask.shape
+        cm = gen.completion_mask
+        valid = cm.bool()
+        if self.mask_truncated:
+            valid = valid & ~gen.truncated[:, None]
+        rewards = torch.zeros((b, self.max_new_tokens), dtype=torch.float32, device=self.device)
+        last = (cm.sum(1) - 1).clamp_min(0)
+        rewards[torch.arange(b, device=self.device), last] = torch.as_tensor(total, dtype=torch.float32, device=self.device)
+        pad_p = self.prompt_width - gen.prompt_len
+        pad_t = self.max_new_tokens - t_len
+        pad_id = policy.pad_id
+
+        def widen(x: Tensor, value: float | int) -> Tensor:
+            """[B, P+T] -> [B, P_max + T_max]: left-pad the prompt block, right-pad the completion."""
+            return torch.nn.functional.pad(x, (pad_p, pad_t), value=value)
+
+        def widen_t(x: Tensor) -> Tensor:
+            return torch.nn.functional.pad(x, (0, pad_t), value=0)
+
+        data = {
+            "input_ids": widen(gen.input_ids, pad_id),
+            "attention_mask": widen(gen.attention_mask, 0),
+            "completion_mask": widen_t(cm),
+            "mask": widen_t(valid.long()).bool(),
+            "rewards": rewards * widen_t(valid.long()).float(),
+            "logp": widen_t(gen.logp),
+        }
+        self.completions += b
+        lengths = cm.sum(1).float()
+        metrics: dict[str, float] = {
+            "rollout/reward_mean": float(total.mean()),
+            "rollout/reward_std": float(total.std()),
+            "rollout/accuracy": float(acc.mean()),
+            "rollout/completion_len_mean": float(lengths.mean()),
+            "rollout/completion_len_max": float(lengths.max()),
+            "rollout/truncated_frac": float(gen.truncated.float().mean()),
+            "rollout/completion_tokens": float(lengths.sum()),
+            "time/generate_s": t_gen - t0,
+            "time/score_s": t_score - t_gen,
+            "time/completions_per_s_generate": b / max(t_gen - t0, 1e-9),
+        }
+        for name, vals in per_fn.items():
+            metrics[f"rollout/reward/{name}"] = float(vals.mean())
+        self.updates += 1
+        self._log_completions(prompts, texts, answers, total, acc)
+        return Batch(data, self.group_size, metrics)
+
+    def _log_completions(
+        self, prompts: list[str], texts: list[str], answers: list[str], total: np.ndarray, acc: np.ndarray
+    ) -> None:
+        t = self.cfg.text
+        every, n = int(t.log_completions_every), int(t.log_completions)
+        if self.run_dir is None or every <= 0 or n <= 0 or (self.updates - 1) % every:
+            return
+        # One completion from each of the first n groups: different prompts, not n copies of one.
+        rows = [g * self.group_size for g in range(min(n, len(prompts) // self.group_size))]
+        records = [
+            {
+                "step": self.completions,
+                "update": self.updates,
+                "prompt": prompts[i],
+                "completion": texts[i],
+                "answer": answers[i],
+                "reward": float(total[i]),
+                "correct": bool(acc[i]),
+            }
+            for i in rows
+        ]
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.run_dir / "completions.jsonl", "a") as f:  # appended, never overwritten
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+        if bool(self.cfg.log.tensorboard):
+            if self._writer is None:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._writer = SummaryWriter(str(self.run_dir / "tb"))
+            table = "| prompt | completion | answer | reward |\n|---|---|---|---|\n" + "\n".join(
+                f"| `{r['prompt']}` | `{r['completion']}` | `{r['answer']}` | {r['reward']:.3f} |" for r in records
+            )
+            self._writer.add_text("rollout/completions", table, self.completions)
+
+    # -- scoring ---------------------------------------------------------------------------------
+    def log_prob(self, policy: Any, mb: dict[str, Tensor], need_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
+        """Completion log-probs ``[mb, T]`` in one forward, over only the columns this minibatch
+        uses (all-padding prompt columns and all-masked completion columns are cut, then the
+        result is zero-padded back to ``T``)."""
+        ids, attn, cm = mb["input_ids"], mb["attention_mask"], mb["completion_mask"]
+        t_full = cm.shape[1]
+        p = ids.shape[1] - t_full
+        used = cm.any(0)
+        t_used = int(used.nonzero().max()) + 1 if bool(used.any()) else 1
+        first = int(attn[:, :p].any(0).long().argmax())
+        ids = ids[:, first : p + t_used]
+        attn = attn[:, first : p + t_used]
+        logp, ent = policy.completion_logprobs(
+            ids, attn, cm[:, :t_used], temperature=self.temperature, with_entropy=need_entropy
+        )
+        if t_used < t_full:
+            logp = torch.nn.functional.pad(logp, (0, t_full - t_used))
+            ent = None if ent is None else torch.nn.functional.pad(ent, (0, t_full - t_used))
+        return logp, ent
+
+    def end_update(self, batch: Batch) -> None:
+        """Nothing to update after a step (no observation statistics in text)."""
+
+    @torch.no_grad()
+    def evaluate(self, policy: LLMPolicy, episodes: int, seed_offset: int = 0) -> dict[str, float]:
+        """Greedy completions for the eval split (``text.eval_prompts`` of them, 0 = all); one
+        prompt is one episode. Returns accuracy, reward (as ``return``) and per-function means."""
+        n = int(self.cfg.text.eval_prompts) or len(self.eval_set)
+        n = min(n, len(self.eval_set))
+        chunk = max(1, int(self.cfg.text.eval_batch))
+        totals, accs, lengths = [], [], []
+        per: dict[str, list[np.ndarray]] = {}
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            ids, mask = self._trim_left(self._eval_ids[start:stop], self._eval_mask[start:stop])
+            gen = policy.generate(ids, mask, max_new_tokens=self.max_new_tokens, greedy=True)
+            texts = policy.decode(gen.completion_ids, gen.completion_mask)
+            total, per_fn, acc = self.text_task.score(
+                list(self.eval_set.prompts[start:stop]), texts, list(self.eval_set.answers[start:stop])
+            )
+            totals.append(total)
+            accs.append(acc)
+            lengths.append(gen.completion_mask.sum(1).float().cpu().numpy())
+            for k, v in per_fn.items():
+                per.setdefault(k, []).append(v)
+        total = np.concatenate(totals)
+        out = {
+            "eval/accuracy": float(np.concatenate(accs).mean()),
+            "eval/return_mean": float(total.mean()),
+            "eval/return_std": float(total.std()),
+            "eval/return_min": float(total.min()),
+            "eval/return_max": float(total.max()),
+            "eval/completion_len_mean": float(np.concatenate(lengths).mean()),
+            "eval/episodes": float(n),
+        }
+        for k, v in per.items():
+            out[f"eval/reward/{k}"] = float(np.concatenate(v).mean())
+        return out
+
+    # -- resume / end ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "generator": self.generator.get_state(),
+            "rng": self.rng.bit_generator.state,
+            "order": self._order.copy(),
+            "pos": self._pos,
+            "completions": self.completions,
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+        self.rng.bit_generator.state = state["rng"]
+        self._order = np.asarray(state["order"], dtype=np.int64)
+        self._pos = int(state["pos"])
+        self.completions = int(state["completions"])
+        self.updates = int(state["updates"])
+
+    def summary_extra(self) -> dict[str, Any]:
+        """At the end of training: save the policy as an HF model dir (``model.save``), so
+        ``model.path=<run_dir>/model`` reloads it, and report where it is."""
+        out: dict[str, Any] = {"text/task": self.text_task.name, "text/max_new_tokens": self.max_new_tokens}
+        if self.run_dir is not None and bool(self.cfg.model.save):
+            path = self.policy.save_pretrained(self.run_dir / "model")
+            out["model_dir"] = str(path)
+        return out
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self.env.close()
+
+
+__all__ = ["TextTask", "build_policy"]

@@ -1,0 +1,167 @@
+"""LLM policy: one-pass completion log-probs, masking, KL, LoRA reference, save/load (tiny local model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpo_marl.policies.llm import LLMPolicy, LoraSpec, kl_k3, positions_from_mask, top_p_filter
+from grpo_marl.tiny_lm import TinyLMConfig, build_char_tokenizer, build_tiny_lm, make_tiny_lm
+
+ALPHABET = "0123456789+="
+PROMPTS = ["1+2=", "33+4=", "5+55="]  # different lengths -> left padding
+
+
+@pytest.fixture(scope="module", params=["gpt2", "qwen2"])
+def policy(request: pytest.FixtureRequest) -> LLMPolicy:
+    model, tok = build_tiny_lm(TinyLMConfig(arch=request.param, hidden_size=32, num_heads=2, alphabet=ALPHABET))
+    return LLMPolicy(model, tok)
+
+
+def _sample(policy: LLMPolicy, n: int = 3, max_new_tokens: int = 6, seed: int = 0):  # type: ignore[no-untyped-def]
+    ids, mask = policy.encode_prompts(PROMPTS)
+    gen = torch.Generator().manual_seed(seed)
+    return policy.generate(ids, mask, max_new_tokens=max_new_tokens, num_samples=n, generator=gen), ids, mask
+
+
+def _token_by_token_logp(policy: LLMPolicy, g, prompt_mask: torch.Tensor, n: int) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """Reference: unpadded sequences, one full forward per prefix (no cache, no batching)."""
+    out = torch.zeros_like(g.logp)
+    for i in range(g.input_ids.shape[0]):
+        p_real = int(prompt_mask[i // n].sum())
+        prompt = g.input_ids[i, g.prompt_len - p_real : g.prompt_len]
+        for t in range(int(g.completion_mask[i].sum())):
+            prefix = torch.cat([prompt, g.completion_ids[i, :t]])
+            with torch.no_grad():
+                logits = policy.model(prefix[None]).logits[0, -1]
+            out[i, t] = logits.log_softmax(-1)[g.completion_ids[i, t]]
+    return out
+
+
+def test_completion_logprobs_match_token_by_token(policy: LLMPolicy) -> None:
+    g, _, mask = _sample(policy)
+    logp, ent = policy.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask, with_entropy=True)
+    ref = _token_by_token_logp(policy, g, mask, 3)
+    torch.testing.assert_close(logp, ref, atol=1e-5, rtol=1e-5)
+    # The behaviour log-probs recorded while sampling (KV cache) agree with the one-pass score.
+    torch.testing.assert_close(g.logp, logp.detach(), atol=1e-5, rtol=1e-5)
+    assert ent is not None and (ent >= 0).all() and (ent[g.completion_mask == 0] == 0).all()
+
+
+def test_masking_prompt_padding_post_eos(policy: LLMPolicy) -> None:
+    g, ids, mask = _sample(policy, max_new_tokens=8)
+    cm = g.completion_mask
+    assert g.input_ids.shape[1] == ids.shape[1] + cm.shape[1]
+    # Prompt block is the left-padded prompts, repeated per sample; its mask is the prompt mask.
+    torch.testing.assert_close(g.input_ids[:, : g.prompt_len], ids.repeat_interleave(3, 0))
+    torch.testing.assert_close(g.attention_mask[:, : g.prompt_len], mask.repeat_interleave(3, 0))
+    comp = g.completion_ids
+    for i in range(cm.shape[0]):
+        eos = (comp[i] == policy.eos_id).nonzero()
+        n = int(eos[0]) + 1 if len(eos) else cm.shape[1]
+        assert cm[i, :n].all() and not cm[i, n:].any()  # EOS included, everything after masked
+        assert (comp[i, n:] == policy.pad_id).all()
+        assert bool(g.truncated[i]) == (len(eos) == 0)
+    # Changing tokens under the mask (post-EOS padding) does not change any log-prob.
+    corrupted = g.input_ids.clone()
+    tail = torch.zeros_like(corrupted, dtype=torch.bool)
+    tail[:, g.prompt_len :] = cm == 0
+    corrupted[tail] = 5
+    a, _ = policy.completion_logprobs(g.input_ids, g.attention_mask, cm)
+    b, _ = policy.completion_logprobs(corrupted, g.attention_mask, cm)
+    torch.testing.assert_close(a, b)
+    assert (a[cm == 0] == 0).all()
+    # Left padding does not change the log-probs of a prompt (positions come from the mask).
+    single_ids, single_mask = policy.encode_prompts(PROMPTS[:1])
+    solo = policy.generate(single_ids, single_mask, max_new_tokens=4, greedy=True)
+    batch = policy.generate(ids, mask, max_new_tokens=4, greedy=True)
+    t = solo.completion_mask.shape[1]
+    torch.testing.assert_close(solo.completion_ids[0], batch.completion_ids[0, :t])
+    torch.testing.assert_close(solo.logp[0], batch.logp[0, :t], atol=1e-5, rtol=1e-5)
+
+
+def test_kl_zero_for_identical_models(policy: LLMPolicy) -> None:
+    g, _, _ = _sample(policy)
+    logp, _ = policy.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
+    reference = policy.make_reference()
+    ref, _ = reference.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
+    kl = kl_k3(logp, ref, g.completion_mask)
+    assert torch.equal(kl, torch.zeros_like(kl))
+    # After an update the KL becomes positive and the reference does not move.
+    opt = torch.optim.SGD(policy.parameters(), lr=1.0)
+    (-logp.sum()).backward()
+    opt.step()
+    opt.zero_grad()
+    logp2, _ = policy.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
+    ref2, _ = reference.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
+    torch.testing.assert_close(ref2, ref)
+    assert kl_k3(logp2, ref2, g.completion_mask).sum() > 0
+    assert not any(p.requires_grad for p in reference.parameters())
+    assert not any(p is q for p in policy.parameters() for q in reference.parameters())
+
+
+def test_temperature_and_greedy(policy: LLMPolicy) -> None:
+    ids, mask = policy.encode_prompts(PROMPTS)
+    a = policy.generate(ids, mask, max_new_tokens=5, greedy=True)
+    b = policy.generate(ids, mask, max_new_tokens=5, greedy=True)
+    assert torch.equal(a.input_ids, b.input_ids)
+    g = policy.generate(ids, mask, max_new_tokens=5, temperature=0.7, generator=torch.Generator().manual_seed(1))
+    logp, _ = policy.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask, temperature=0.7)
+    torch.testing.assert_close(g.logp, logp.detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_top_p_filter_keeps_nucleus() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    out = top_p_filter(logits, 0.7)
+    assert torch.isfinite(out[0, :2]).all() and torch.isinf(out[0, 2:]).all()
+    assert torch.isfinite(top_p_filter(logits, 0.1)[0, 0])  # top-1 always kept
+    assert positions_from_mask(torch.tensor([[0, 0, 1, 1]])).tolist() == [[0, 0, 0, 1]]
+
+
+def test_tokenizer_roundtrip() -> None:
+    tok = build_char_tokenizer("x^2+ -=0123456789,Solve")
+    s = "Solve x^2 + 4x + 3 = 0"
+    assert tok.decode(tok(s)["input_ids"]) == s
+    assert tok.pad_token_id == 0 and tok.eos_token_id == 1
+
+
+def test_save_load_local_dir(tmp_path: Path) -> None:
+    path = make_tiny_lm(tmp_path / "tiny", TinyLMConfig(hidden_size=32, num_heads=2, alphabet=ALPHABET), seed=3)
+    assert (path / "config.json").exists() and (path / "tiny_lm.json").exists()
+    pol = LLMPolicy.from_pretrained(path)
+    g, _, _ = _sample(pol)
+    before, _ = pol.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
+    out = pol.save_pretrained(tmp_path / "saved")
+    again = LLMPolicy.from_pretrained(out)
+    after, _ = again.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
+    torch.testing.assert_close(before, after)
+    assert again.tokenizer.decode(again.tokenizer("12+3=")["input_ids"]) == "12+3="
+
+
+def test_lora_reference_is_disabled_adapter(tmp_path: Path) -> None:
+    pytest.importorskip("peft")
+    model, tok = build_tiny_lm(TinyLMConfig(hidden_size=32, num_heads=2, alphabet=ALPHABET))
+    pol = LLMPolicy(model, tok, lora=LoraSpec(r=4, alpha=8), gradient_checkpointing=True)
+    trainable = [n for n, p in pol.named_parameters() if p.requires_grad]
+    assert trainable and all("lora" in n for n in trainable)
+    g, _, _ = _sample(pol)
+    pol.train()
+    logp, _ = pol.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
+    reference = pol.make_reference()
+    assert not list(reference.parameters())  # a view of the base model, not a copy
+    ref, _ = reference.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
+    torch.testing.assert_close(logp.detach(), ref)  # LoRA B starts at zero
+    opt = torch.optim.Adam([p for p in pol.parameters() if p.requires_grad], lr=0.05)
+    (-logp.sum()).backward()
+    opt.step()
+    logp2, _ = pol.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
+    ref2, _ = reference.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
+    torch.testing.assert_close(ref2, ref)
+    assert not torch.allclose(logp2, ref2)
+    with pytest.raises(ValueError, match="ref_refresh"):
+        reference.load_state_dict(pol.state_dict())
+    merged = LLMPolicy.from_pretrained(pol.save_pretrained(tmp_path / "merged"))
+    logp3, _ = merged.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
+    torch.testing.assert_close(logp3, logp2.detach(), atol=1e-5, rtol=1e-5)
