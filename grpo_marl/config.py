@@ -85,6 +85,13 @@ def derive_sizes(cfg: DictConfig) -> None:
     if cfg.algo.name == "grpo" and cfg.get("env_kind", "gymnasium") == "gymnasium":
         if not cfg.vec.num_envs:
             cfg.vec.num_envs = int(cfg.algo.num_groups) * int(cfg.algo.group_size)
+    if cfg.algo.name == "ppo" and cfg.get("env_kind", "gymnasium") == "gymnasium":
+        # PPO: n_envs streams of n_steps per update, split into minibatches of ~batch_size (SB3).
+        if not cfg.vec.num_envs:
+            cfg.vec.num_envs = int(cfg.algo.n_envs)
+        if not cfg.algo.minibatches:
+            steps = int(cfg.algo.n_envs) * int(cfg.algo.n_steps)
+            cfg.algo.minibatches = max(1, steps // max(int(cfg.algo.batch_size), 1))
 
 
 # Validators registered per section so kinds/algorithms can add their own without editing here.
@@ -182,6 +189,9 @@ def _validate_grpo(cfg: DictConfig) -> list[str]:
 
 def validate(cfg: DictConfig) -> None:
     """Run every registered validator; raise one :class:`ConfigError` listing all problems."""
+    from grpo_marl.algos import _load_builtin_algos
+
+    _load_builtin_algos()  # algorithms register their own validators when imported
     errors: list[str] = []
     for fn in VALIDATORS:
         errors.extend(fn(cfg))

@@ -1,0 +1,99 @@
+"""Tiny environment factories the tests reach the way users do: ``env=tests.custom_envs:NAME``,
+``register_env(..., factory)`` or an installed ``grpo_marl.envs`` entry point.
+
+Not a test module (no ``test_`` prefix); importable as ``tests.custom_envs`` from the repository
+root, which is where the CLI subprocesses run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from grpo_marl.registry import register_env
+
+
+def make_toy(**kwargs: Any) -> gym.Env:
+    """A ``package.module:factory`` env: CartPole with factory-level tuned defaults."""
+    return gym.make("CartPole-v1", **kwargs)
+
+
+# Picked up by the registry for ``env=tests.custom_envs:make_toy``.
+make_toy.grpo_marl_defaults = {"grpo": {"algo": {"group_size": 4, "num_groups": 3}}}  # type: ignore[attr-defined]
+make_toy.grpo_marl_threshold = 123.0  # type: ignore[attr-defined]
+
+
+def register_hook() -> None:
+    """An entry point that registers envs when loaded (instead of being a factory itself)."""
+    register_env("ep_hook_env", make_toy, kind="gymnasium", threshold=7.0, description="from a hook")
+
+
+class NonFiniteCartPole(gym.Wrapper):
+    """CartPole that emits NaN (observation or reward) once this instance has taken ``after`` steps.
+
+    The counter survives resets, so the first few updates of a run are healthy (and checkpointed)
+    before the env breaks, like a simulator that diverges mid-run.
+    """
+
+    def __init__(self, env: gym.Env, after: int, where: str) -> None:
+        super().__init__(env)
+        self.after = after
+        self.where = where
+        self.count = 0
+
+    def step(self, action: Any):  # type: ignore[override]
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.count += 1
+        if self.count > self.after:
+            if self.where == "obs":
+                obs = np.full_like(obs, np.nan)
+            else:
+                reward = float("nan")
+        return obs, reward, terminated, truncated, info
+
+
+def nan_cartpole(after: int = 60, where: str = "obs") -> gym.Env:
+    return NonFiniteCartPole(gym.make("CartPole-v1"), after=after, where=where)
+
+
+class Bandit(gym.Env):
+    """One-step two-armed bandit: reward = action. A group of 2 has zero reward variance whenever
+    both members pick the same arm, so zero-std groups are common and easy to reason about."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # type: ignore[override]
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any):  # type: ignore[override]
+        return np.zeros(1, np.float32), float(action), True, False, {}
+
+
+def bandit() -> gym.Env:
+    return Bandit()
+
+
+class ConstantReward(Bandit):
+    """Every rollout returns exactly 1: every group has zero variance."""
+
+    def step(self, action: Any):  # type: ignore[override]
+        return np.zeros(1, np.float32), 1.0, True, False, {}
+
+
+def constant_reward() -> gym.Env:
+    return ConstantReward()
+
+
+class MultiBinaryEnv(Bandit):
+    """An action space the MLP policy cannot represent."""
+
+    action_space = spaces.MultiBinary(3)
+
+
+def multibinary() -> gym.Env:
+    return MultiBinaryEnv()
