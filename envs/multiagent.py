@@ -12,7 +12,14 @@ are strings), so it stays cheap.
 
 The three shipped tasks carry tuned config defaults (applied under command-line overrides):
 ``simple_spread`` (N=3, 25 steps), ``simple_speaker_listener`` (heterogeneous speaker/listener
-groups) and ``pursuit`` (shrunk to an 8x8 grid with 4 pursuers so it trains here in minutes).
+groups) and ``pursuit`` (shrunk to an 8x8 grid, 4 pursuers, 4 evaders, 50 steps so it trains
+here in minutes).
+
+Which GRPO grouping carries signal depends on the reward: simple_spread (``local_ratio=0.5``)
+mixes a team reward with individual collision penalties, so ``agent`` groups see only the
+collision part; simple_speaker_listener and pursuit give every agent the *same* reward, so
+``agent`` groups have zero variance (no signal, ``rollout/frac_zero_std_groups`` = 1) and only
+``seed``/``state`` groups (comparisons across copies of one joint state) can learn.
 """
 
 from __future__ import annotations
@@ -21,25 +28,27 @@ import functools
 from typing import Any
 
 import grpo_marl.marl.config  # noqa: F401  (registers the marl config validator)
+import grpo_marl.marl.ppo  # noqa: F401  (registers algo=ippo / algo=mappo)
 from grpo_marl.marl.envs import MARL_ENVS, make_parallel_env
 from grpo_marl.registry import register_env
 
-# Config overrides per shipped task (tuned on the 2-core CPU; see benchmarks/marl.py).
+# Config overrides per shipped task, per algorithm ("common" applies to all; see
+# grpo_marl.config.env_defaults). Tuned on the 2-core CPU; see benchmarks/marl.py.
 TUNED: dict[str, dict[str, Any]] = {
     "simple_spread": {
-        "total_steps": 1_500_000,
-        "algo": {"group_size": 8, "num_groups": 16, "gamma": 0.99, "group_mode": "seed"},
-        "eval": {"episodes": 100},
+        "common": {"total_steps": 1_500_000, "eval": {"episodes": 100}},
+        "grpo": {"algo": {"group_size": 8, "num_groups": 16, "lr": 0.003, "group_mode": "seed"}},
     },
     "simple_speaker_listener": {
-        "total_steps": 1_000_000,
-        "algo": {"group_size": 8, "num_groups": 16, "gamma": 0.99, "group_mode": "seed"},
-        "eval": {"episodes": 100},
+        "common": {"total_steps": 1_000_000, "eval": {"episodes": 100}},
+        "grpo": {"algo": {"group_size": 8, "num_groups": 16, "lr": 0.003, "group_mode": "seed"}},
     },
+    # pursuit's reward is a team reward (shared_reward=True): only seed/state groups carry signal
     "pursuit": {
-        "total_steps": 400_000,
-        "algo": {"group_size": 4, "num_groups": 4, "gamma": 0.99, "group_mode": "seed_agent"},
-        "eval": {"episodes": 16},
+        "common": {"total_steps": 100_000, "eval": {"episodes": 16}},
+        "grpo": {"algo": {"group_size": 4, "num_groups": 4, "lr": 0.003, "group_mode": "seed"}},
+        "mappo": {"algo": {"n_envs": 16}},
+        "ippo": {"algo": {"n_envs": 16}},
     },
 }
 

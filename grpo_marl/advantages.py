@@ -79,10 +79,16 @@ def _center(values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     Returns ``(centered, count)``: ``centered`` is 0 at invalid entries, ``count`` is the number
     of valid entries per row (shape ``values.shape[:-1]``, same dtype as ``values``).
     """
-    v = torch.where(mask, values, torch.zeros((), dtype=values.dtype, device=values.device))
+    zero = torch.zeros((), dtype=values.dtype, device=values.device)
+    v = torch.where(mask, values, zero)
     count = mask.sum(dim=-1).to(values.dtype)
-    mean = v.sum(dim=-1) / count.clamp(min=1.0)
-    centered = torch.where(mask, v - mean.unsqueeze(-1), torch.zeros_like(v))
+    # Shift by the first valid entry before averaging: equal members then center to exactly 0.
+    # (sum/count of equal floats is often off by an ulp, e.g. 3 x 0.99 / 3, and the group std
+    # would blow that residue up to advantages of ~0.9 for members that are identical.)
+    first = mask.to(torch.int8).argmax(dim=-1, keepdim=True)
+    shifted = torch.where(mask, v - torch.gather(v, -1, first), zero)
+    mean = shifted.sum(dim=-1) / count.clamp(min=1.0)
+    centered = torch.where(mask, shifted - mean.unsqueeze(-1), torch.zeros_like(v))
     return centered, count
 
 

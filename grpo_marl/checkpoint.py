@@ -26,8 +26,10 @@ def rng_state() -> dict[str, Any]:
         "numpy": np.random.get_state(),
         "python": random.getstate(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        # This process's device only: get_rng_state_all() would create a context on every GPU
+        # from every torchrun rank.
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
@@ -36,7 +38,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        cuda = state["cuda"]
+        if isinstance(cuda, (list, tuple)):  # older checkpoints: one state per visible GPU
+            torch.cuda.set_rng_state_all(cuda)
+        else:
+            torch.cuda.set_rng_state(cuda)
 
 
 def atomic_save(obj: Any, path: str | Path) -> None:

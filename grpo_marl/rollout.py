@@ -27,6 +27,37 @@ class NonFiniteError(RuntimeError):
     """An observation, reward or loss was NaN/inf: training stops, the last checkpoint is kept."""
 
 
+class HostToDevice:
+    """Host array -> device tensor without a host-side synchronisation in the hot loop.
+
+    On CUDA the array is staged in one reused pinned buffer and copied with ``non_blocking``
+    (a pageable ``as_tensor(..., device=cuda)`` waits for the copy, and for every kernel queued
+    before it). A CUDA event guards the buffer: it is rewritten only once its last copy finished,
+    which in the collector is already true (the action's ``.cpu()`` of the previous step waited).
+    Elsewhere this is exactly ``torch.as_tensor(array, device=device)``.
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self._buf: torch.Tensor | None = None
+        self._event: Any = None
+
+    def __call__(self, array: np.ndarray) -> torch.Tensor:
+        if self.device.type != "cuda":
+            return torch.as_tensor(array, device=self.device)
+        src = torch.from_numpy(np.ascontiguousarray(array))
+        if self._buf is None or self._buf.shape != src.shape or self._buf.dtype != src.dtype:
+            self._buf = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
+            self._event = None
+        if self._event is not None:
+            self._event.synchronize()
+        self._buf.copy_(src)
+        out = self._buf.to(self.device, non_blocking=True)
+        self._event = torch.cuda.Event()
+        self._event.record()
+        return out
+
+
 class EpisodeCollector:
     """Collects ``num_groups x group_size`` rollouts per call. See the module docstring."""
 
@@ -69,6 +100,7 @@ class EpisodeCollector:
         self.prev_len = float(min(self.max_steps, 50))
         self.total_env_steps = 0
         self._storage: dict[str, torch.Tensor] | None = None
+        self._to_device = HostToDevice(self.device)
 
     # -- storage ---------------------------------------------------------------------------
     def _alloc(self, policy: MLPPolicy) -> dict[str, torch.Tensor]:
@@ -128,7 +160,7 @@ class EpisodeCollector:
                     f"non-finite observation from env {self.env_name!r} (vector indices {bad.tolist()}) "
                     f"at step {t} of the rollout"
                 )
-            obs_t = torch.as_tensor(obs, device=self.device)
+            obs_t = self._to_device(obs)
             action, logp = policy.act(obs_t)
             st["obs"][t] = obs_t
             st["actions"][t] = action

@@ -94,6 +94,7 @@ class StepCollector:
         obs = self.obs
         st["terminated"][:] = False
         st["truncated"][:] = False
+        st["final_obs"][:] = 0.0
         finished_returns: list[float] = []
         finished_lengths: list[int] = []
         for t in range(self.n_steps):

@@ -57,7 +57,11 @@ def _wrapper_chain(env: Any) -> list[Any]:
     return chain
 
 
-_WRAPPER_ATTRS = ("_elapsed_steps", "_has_reset", "checked_reset", "checked_step")
+# PassiveEnvChecker's flags travel with the data its first-step check compares against
+# (gymnasium >= 1.2); restoring ``checked_step`` alone makes that check unpack a stale ``None``.
+_WRAPPER_ATTRS = (
+    "_elapsed_steps", "_has_reset", "checked_reset", "checked_step", "checked_data_reuse", "_previous_data",
+)
 
 
 def snapshot_env(env: Any) -> dict[str, Any]:

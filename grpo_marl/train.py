@@ -7,14 +7,18 @@ milliseconds with what to change instead of minutes into a run.
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 import grpo_marl.config as config_mod  # registers the ${safe:} resolver before Hydra composes
+import grpo_marl.distributed as dist  # registers the torchrun batch-split validator
 from grpo_marl.checkpoint import checkpoint_path
+from grpo_marl.policies.mlp import UnsupportedSpaceError
 from grpo_marl.registry import UnknownEnvError
 
 
@@ -28,7 +32,10 @@ def _resume_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, P
         )
     saved = OmegaConf.load(cfg_path)
     # Only a few keys may change on resume (e.g. extend training); the rest must match the run.
-    allowed = {"total_steps", "device", "log.progress", "log.tensorboard", "threads"}
+    allowed = {
+        "total_steps", "device", "log.progress", "log.tensorboard", "threads",
+        "autocast", "distributed.backend", "distributed.find_unused_parameters",
+    }  # fmt: skip
     with open_dict(saved):
         for key in config_mod.user_override_keys(overrides):
             if key == "resume":
@@ -85,19 +92,53 @@ def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    if dist.env_world_size() > 1:
+        # torchrun: every rank trains in rank 0's run dir (Hydra's default dir has a timestamp,
+        # which differs per process; ranks > 0 were pointed at a throwaway dir, see below).
+        ctx = dist.init(str((cfg.get("distributed") or {}).get("backend", "auto")))
+        run_dir = Path(dist.broadcast_object(str(run_dir), ctx))
     try:
-        run(cfg, list(hc.overrides.task), Path(hc.runtime.output_dir))
-    except (config_mod.ConfigError, UnknownEnvError) as exc:
+        run(cfg, list(hc.overrides.task), run_dir)
+    except (config_mod.ConfigError, UnknownEnvError, UnsupportedSpaceError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
     except Exception as exc:
-        from grpo_marl.rollout import NonFiniteError
+        from grpo_marl.trainer import STOP_ERRORS
 
-        if isinstance(exc, NonFiniteError):
-            print(f"error: {exc}\nThe last good checkpoint is kept in {hc.runtime.output_dir}", file=sys.stderr)
+        if isinstance(exc, STOP_ERRORS):
+            dist.barrier_on_failure(dist.init())
+            where = f"rank {dist.env_rank()}: " if dist.env_world_size() > 1 else ""
+            print(f"error: {where}{exc}\nThe last good checkpoint is kept in {run_dir}", file=sys.stderr)
             sys.exit(1)
         raise
+    finally:
+        dist.shutdown()
+
+
+def rank_overrides(argv: list[str], rank: int, world: int) -> tuple[list[str], str | None]:
+    """Extra Hydra overrides for torchrun rank ``rank`` > 0, and the throwaway dir they use.
+
+    Hydra creates its run dir (and ``.hydra/``, ``train.log``) before our code runs; ranks > 0
+    must write nothing, so they get no output subdir, no log files and, unless the user fixed
+    ``hydra.run.dir``, a temporary run dir (removed at exit). :func:`main` then replaces it with
+    rank 0's real run dir, broadcast over the process group.
+    """
+    if world <= 1 or rank == 0:
+        return [], None
+    extra = ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
+    scratch = None
+    if not any(a.startswith(("hydra.run.dir=", "+hydra.run.dir=")) for a in argv):
+        scratch = tempfile.mkdtemp(prefix=f"grpo_marl_rank{rank}_")
+        extra += [f"hydra.run.dir={scratch}", f"hydra.sweep.dir={scratch}"]
+    return extra, scratch
 
 
 if __name__ == "__main__":
-    main()
+    _extra, _scratch = rank_overrides(sys.argv[1:], dist.env_rank(), dist.env_world_size())
+    sys.argv.extend(_extra)
+    try:
+        main()
+    finally:
+        if _scratch is not None:
+            shutil.rmtree(_scratch, ignore_errors=True)

@@ -8,6 +8,7 @@ threshold clock, atomic checkpoints with exact resume, and the run directory's f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -28,6 +29,15 @@ from grpo_marl.logging import RunLogger
 from grpo_marl.registry import get_spec
 from grpo_marl.rollout import NonFiniteError
 from grpo_marl.tasks import make_task
+from grpo_marl.vector import EnvWorkerError
+
+
+class RemoteRankError(RuntimeError):
+    """Another torchrun rank failed (its message is quoted); this rank stops with it."""
+
+
+#: Failures that end a run "cleanly": summary.json says failed, the last checkpoint is kept.
+STOP_ERRORS = (NonFiniteError, EnvWorkerError, RemoteRankError)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -58,7 +68,7 @@ class Trainer:
     def __init__(self, cfg: DictConfig, run_dir: str | Path, resume: bool = False) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        self.ctx = dist.init()
+        self.ctx = dist.init(str((cfg.get("distributed") or {}).get("backend", "auto")))
         self.is_main = self.ctx.rank == 0
         threads = int(cfg.get("threads", 0) or 0)
         if threads <= 0 and cfg.get("env_kind", "gymnasium") != "text":
@@ -68,20 +78,28 @@ class Trainer:
         if threads > 0:
             torch.set_num_threads(threads)
         seed_everything(int(cfg.seed) + 1000 * self.ctx.rank)
-        self.device = resolve_device(str(cfg.device))
-        if self.device.type == "cuda" and self.ctx.world_size > 1:
-            self.device = torch.device("cuda", self.ctx.local_rank)
+        self.device = dist.rank_device(resolve_device(str(cfg.device)), self.ctx)
         self.spec = get_spec(str(cfg.env))
         _load_builtin_algos()
         algo_cls = ALGOS[str(cfg.algo.name)]
-        self.task = make_task(cfg, self.spec, self.device, collector=algo_cls.collector)
+        # Under torchrun each rank collects 1/N of the global batch with its own seeds
+        # (distributed.rank_config); a single process gets ``cfg`` itself.
+        self.local_cfg = dist.rank_config(cfg, self.ctx)
+        self.task = make_task(self.local_cfg, self.spec, self.device, collector=algo_cls.collector)
         attach = getattr(self.task, "attach_run_dir", None)  # tasks that write run files (text)
         if callable(attach):
             attach(self.run_dir, self.is_main)
-        self.algo = algo_cls(cfg.algo, self.task, self.device)
+        self.algo = algo_cls(self.local_cfg.algo, self.task, self.device)
         self.modules: dict[str, nn.Module] = {"policy": self.task.policy, **self.algo.modules()}
         self.params = [p for m in self.modules.values() for p in m.parameters() if p.requires_grad]
-        dist.broadcast_parameters(self.modules.values(), self.ctx)
+        dist.broadcast_modules([*self.modules.values(), getattr(self.algo, "ref_policy", None)], self.ctx)
+        find_unused = (cfg.get("distributed") or {}).get("find_unused_parameters", "auto")
+        if find_unused == "auto":
+            # Multi-agent policies skip agent-groups absent from a minibatch (unused parameters).
+            find_unused = self.spec.kind == "pettingzoo"
+        self.dp = dist.DataParallel(self.modules, self.algo.loss, self.ctx, self.device, bool(find_unused))
+        autocast = str(cfg.get("autocast", "none"))
+        self._autocast_dtype = torch.bfloat16 if autocast == "bf16" else None
         self.optimizer = torch.optim.Adam(
             self.params, lr=float(cfg.algo.lr), eps=float(cfg.algo.get("adam_eps", 1e-5))
         )
@@ -92,9 +110,11 @@ class Trainer:
         self.steps_to_threshold: int | None = None
         self.time_to_threshold: float | None = None
         self.last_eval: dict[str, float] = {}
+        self._steps = 0  # global env steps after the last update (no collective needed to read)
         resume_step = None
         if resume:
-            resume_step = self._restore(load_checkpoint(checkpoint_path(self.run_dir), self.device))
+            # On the CPU: RNG states must stay CPU tensors; load_state_dict copies weights to the device.
+            resume_step = self._restore(load_checkpoint(checkpoint_path(self.run_dir), "cpu"))
         self.logger = RunLogger(
             self.run_dir,
             total_steps=int(cfg.total_steps),
@@ -109,12 +129,46 @@ class Trainer:
     # -- steps -----------------------------------------------------------------------------
     @property
     def env_steps(self) -> int:
+        """Env steps over all ranks (a collective under torchrun: every rank must ask together)."""
         return dist.sum_int(self.task.env_steps, self.ctx)
 
-    def _optimize(self, data: dict[str, torch.Tensor]) -> dict[str, float]:
+    def _amp(self) -> contextlib.AbstractContextManager:
+        """``autocast=bf16``: bfloat16 autocast around rollouts and the loss (mixed precision for
+        LLM policies kept in float32; log-softmax and losses stay float32 under autocast)."""
+        if self._autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self._autocast_dtype)
+
+    def _collect(self) -> Any:
+        """``algo.collect()``; under torchrun, a failure on any rank stops every rank with the
+        failing rank's message (instead of the others waiting in the next collective)."""
+        error: BaseException | None = None
+        batch = None
+        try:
+            with self._amp():
+                batch = self.algo.collect()
+        except STOP_ERRORS as exc:
+            if not self.ctx.enabled:
+                raise
+            error = exc
+        message = dist.first_error(error, self.ctx)
+        if message is not None:
+            if error is not None:
+                raise error
+            raise RemoteRankError(f"stopping because another rank failed: {message}")
+        return batch
+
+    def _optimize(self, data: dict[str, torch.Tensor] | None) -> dict[str, float]:
+        """Epochs x minibatches of the algorithm's loss. ``data=None``: nothing to learn from
+        here (only reached under torchrun, when other ranks do have data: this rank then joins
+        every gradient all-reduce with zeros so all ranks take the same steps)."""
         a = self.cfg.algo
-        n = next(iter(data.values())).shape[0]
+        n = 0 if data is None else next(iter(data.values())).shape[0]
         k = max(1, min(int(a.minibatches), n))
+        if self.ctx.enabled:
+            # Every rank must run the same number of minibatch steps (one all-reduce each).
+            sizes = [m for m in dist.gather_ints(n, self.ctx) if m > 0]
+            k = max(1, min([int(a.minibatches), *sizes]))
         max_norm = float(a.get("max_grad_norm", 0.0) or 0.0)
         target_kl = a.get("target_kl")
         sums: dict[str, torch.Tensor] = {}
@@ -122,37 +176,54 @@ class Trainer:
         epochs_done = 0
         for _ in range(int(a.epochs)):
             epoch_kl = []
-            for idx in minibatch_indices(n, k):
-                idx = idx.to(self.device)
-                mb = {key: value[idx] for key, value in data.items()}
-                terms = self.algo.loss(mb, weight_scale=float(k))
+            chunks = minibatch_indices(n, k) if data is not None else [None] * k
+            for idx in chunks:
+                mb = None
+                if data is not None and idx is not None:
+                    idx = idx.to(self.device)
+                    mb = {key: value[idx] for key, value in data.items()}
+                with self._amp():
+                    terms = self.dp.loss(mb, float(k))
                 loss = terms["loss"]
-                if not torch.isfinite(loss):
-                    detail = ", ".join(f"{name}={float(v):.4g}" for name, v in terms.items())
-                    raise NonFiniteError(
-                        f"loss became non-finite at update {self.updates + 1} ({detail}); "
-                        "lower algo.lr, set algo.max_grad_norm, or check the env's rewards"
-                    )
+                bad_loss = mb is not None and not bool(torch.isfinite(loss))
+                if bad_loss and not self.ctx.enabled:
+                    raise self._non_finite(terms)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                dist.average_gradients(self.params, self.ctx)
                 if max_norm > 0:
                     grad_norm = nn.utils.clip_grad_norm_(self.params, max_norm)
                 else:
                     grad_norm = torch.norm(torch.stack([p.grad.norm() for p in self.params if p.grad is not None]))
+                if self.ctx.enabled and not bool(torch.isfinite(grad_norm)):
+                    # A NaN on any rank reaches every rank through the all-reduce: all stop together.
+                    raise self._non_finite(terms if bad_loss else None)
                 self.optimizer.step()
+                if mb is None:
+                    continue
                 terms = {name: v.detach() for name, v in terms.items()}
                 terms["grad_norm"] = grad_norm.detach()
                 for name, v in terms.items():
                     sums[name] = sums.get(name, 0.0) + v.float()
                 count += 1
-                epoch_kl.append(terms.get("approx_kl", torch.zeros(())))
+                epoch_kl.append(terms.get("approx_kl", torch.zeros((), device=self.device)))
             epochs_done += 1
-            if target_kl is not None and float(torch.stack(epoch_kl).mean()) > float(target_kl):
-                break
+            if target_kl is not None:
+                kl_sum = float(torch.stack(epoch_kl).sum()) if epoch_kl else 0.0
+                if dist.mean_scalar(kl_sum, len(epoch_kl), self.ctx) > float(target_kl):
+                    break
         out = {f"train/{name}": float(v) / count for name, v in sums.items()}
         out["train/epochs"] = float(epochs_done)
         return out
+
+    def _non_finite(self, terms: dict[str, torch.Tensor] | None) -> NonFiniteError:
+        if terms is None:
+            detail = "on another rank"
+        else:
+            detail = "(" + ", ".join(f"{name}={float(v):.4g}" for name, v in terms.items()) + ")"
+        return NonFiniteError(
+            f"loss became non-finite at update {self.updates + 1} {detail}; "
+            "lower algo.lr, set algo.max_grad_norm, or check the env's rewards"
+        )
 
     def _evaluate(self, episodes: int, seed_offset: int = 0) -> dict[str, float]:
         for m in self.modules.values():
@@ -169,24 +240,28 @@ class Trainer:
         total = int(cfg.total_steps)
         start = time.perf_counter() - self.wall_offset
         status = "completed"
+        self._steps = self.env_steps
         try:
-            while self.env_steps < total:
+            while self._steps < total:
                 t_update = time.perf_counter()
-                steps_before = self.env_steps
+                steps_before = self._steps
                 for group in self.optimizer.param_groups:
                     group["lr"] = float(cfg.algo.lr) * lr_factor(str(cfg.algo.lr_schedule), steps_before / total)
-                batch = self.algo.collect()
+                batch = self._collect()
                 t_collected = time.perf_counter()
-                data, metrics = self.algo.prepare(batch)
+                with self._amp():
+                    data, metrics = self.algo.prepare(batch)
                 metrics.update(batch.metrics)
-                if data is None:
+                # Under torchrun, skip only when no rank has data (ranks must step together).
+                if not dist.any_flag(data is not None, self.ctx):
                     metrics["train/skipped_updates"] = 1.0
                 else:
                     metrics.update(self._optimize(data))
                 self.task.end_update(batch)
+                self.dp.sync_buffers()
                 self.algo.after_update()
                 self.updates += 1
-                steps = self.env_steps
+                steps = self._steps = self.env_steps
                 now = time.perf_counter()
                 metrics.update(
                     {
@@ -198,12 +273,14 @@ class Trainer:
                         "time/wall_s": now - start,
                     }
                 )
+                # Averaged over ranks; speeds are already of the whole job (global steps / time).
                 metrics = dist.mean_metrics(metrics, self.ctx)
                 if self.next_eval is not None and steps >= self.next_eval:
                     while self.next_eval <= steps:
                         self.next_eval += int(cfg.eval.every_steps)
                     if self.is_main:
-                        self.last_eval = self._evaluate(int(cfg.eval.episodes))
+                        with self._amp():
+                            self.last_eval = self._evaluate(int(cfg.eval.episodes))
                         metrics.update(self.last_eval)
                         if (
                             self.threshold is not None
@@ -224,24 +301,28 @@ class Trainer:
                 if stop:
                     status = "threshold_reached"
                     break
-        except NonFiniteError as exc:
+        except STOP_ERRORS as exc:
             self.logger.close()
-            self._write_summary({"status": "failed", "error": str(exc), "env_steps": self.env_steps})
+            self._write_summary({"status": "failed", "error": str(exc), "env_steps": self._steps})
             raise
         wall = time.perf_counter() - start
         self.save(wall)
         final = {}
         if self.is_main:
-            final = self._evaluate(int(cfg.eval.episodes), seed_offset=500)
-            self.logger.log(self.env_steps, final)
+            with self._amp():
+                final = self._evaluate(int(cfg.eval.episodes), seed_offset=500)
+            self.logger.log(self._steps, final)
         self.logger.close()
+        dist.dump_param_hash(
+            self.modules.values(), self.ctx, {"updates": self.updates, "env_steps": self._steps}
+        )
         summary = {
             "env": str(cfg.env),
             "algo": str(cfg.algo.name),
             "seed": int(cfg.seed),
             "status": status,
             **final,
-            "env_steps": self.env_steps,
+            "env_steps": self._steps,
             "updates": self.updates,
             "wall_seconds": wall,
             "threshold": None if self.threshold is None else float(self.threshold),
@@ -263,17 +344,22 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------------
     def save(self, wall_seconds: float) -> None:
+        """Atomic checkpoint by rank 0. Under torchrun every rank must call it: each rank's
+        collector/algorithm state and RNGs (its own streams) are gathered into the file, so a
+        resume with the same N is exact per rank; weights and optimizer are identical on all."""
+        local = {"task": self.task.state_dict(), "algo": self.algo.state_dict(), "rng": rng_state()}
+        per_rank = dist.gather_to_main(local, self.ctx)
         if not self.is_main:
             return
         state = {
             "modules": {name: m.state_dict() for name, m in self.modules.items()},
             "optimizer": self.optimizer.state_dict(),
-            "algo": self.algo.state_dict(),
-            "task": self.task.state_dict(),
-            "rng": rng_state(),
+            "algo": local["algo"],
+            "task": local["task"],
+            "rng": local["rng"],
             "counters": {
                 "updates": self.updates,
-                "env_steps": self.env_steps,
+                "env_steps": self._steps,
                 "wall_seconds": wall_seconds,
                 "next_eval": self.next_eval,
                 "steps_to_threshold": self.steps_to_threshold,
@@ -282,21 +368,31 @@ class Trainer:
             },
             "config": OmegaConf.to_container(self.cfg, resolve=True),
         }
+        if self.ctx.enabled:
+            state["ranks"] = per_rank
         atomic_save(state, checkpoint_path(self.run_dir))
 
     def _restore(self, state: dict[str, Any]) -> int:
+        """Weights, optimizer and counters from ``state``; per-rank streams when N is unchanged.
+
+        With a different number of ranks the per-rank batch (and so the collectors' shapes)
+        differs: every rank then starts fresh collectors with its own seed and takes an equal
+        share of the env steps done so far; the algorithm state is rank 0's.
+        """
         for name, m in self.modules.items():
             m.load_state_dict(state["modules"][name])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.algo.load_state_dict(state["algo"])
         c = state["counters"]
-        self.task.load_state_dict(state["task"])
-        if c.get("world_size", 1) == self.ctx.world_size:
-            set_rng_state(state["rng"])
+        saved_world = int(c.get("world_size", 1))
+        if saved_world == self.ctx.world_size:
+            mine = state["ranks"][self.ctx.rank] if self.ctx.enabled else state
+            self.algo.load_state_dict(mine["algo"])
+            self.task.load_state_dict(mine["task"])
+            set_rng_state(mine["rng"])
         else:
-            # A different number of ranks: weights, optimizer and counters carry over; each rank
-            # takes an equal share of the steps done so far and a fresh, rank-specific RNG stream.
-            self.task.set_env_steps(int(c["env_steps"]) // self.ctx.world_size)
+            self.algo.load_state_dict(state["algo"])
+            done, world = int(c["env_steps"]), self.ctx.world_size
+            self.task.set_env_steps(done // world + (done % world if self.is_main else 0))
             seed_everything(int(self.cfg.seed) + 1000 * self.ctx.rank + 7919 * int(c["updates"]))
         self.updates = c["updates"]
         self.wall_offset = c["wall_seconds"]

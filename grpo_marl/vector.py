@@ -112,31 +112,99 @@ class NativeCartPoleVecEnv(VecEnv):
         return self.env.state[:, np.asarray(indices)].T.astype(np.float32)
 
 
-class GymVecEnv(VecEnv):
-    """Gymnasium ``SyncVectorEnv``/``AsyncVectorEnv`` in SAME_STEP autoreset mode."""
+class EnvWorkerError(RuntimeError):
+    """An env raised inside its worker process (async vectorization). The message names the env,
+    the vector index and the reset seed of the episode, so the failure can be replayed alone;
+    training stops and the last checkpoint is kept."""
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], asynchronous: bool = False) -> None:
+
+def _mp_context() -> str | None:
+    """Start method of async env workers: ``GRPO_MARL_MP_CONTEXT`` if set; ``spawn`` once CUDA is
+    initialised in this process (forking a CUDA/NCCL process is unsafe); else the default."""
+    import os
+    import sys
+
+    ctx = os.environ.get("GRPO_MARL_MP_CONTEXT")
+    if ctx:
+        return ctx
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "spawn"
+    return None
+
+
+class GymVecEnv(VecEnv):
+    """Gymnasium ``SyncVectorEnv``/``AsyncVectorEnv`` in SAME_STEP autoreset mode.
+
+    With ``asynchronous=True`` every env steps in its own process (for envs whose step costs more
+    than the IPC, while the policy runs batched on the GPU). An exception in a worker is re-raised
+    as :class:`EnvWorkerError` naming ``name``, the env's index and its episode's reset seed.
+    """
+
+    def __init__(
+        self, env_fns: Sequence[Callable[[], gym.Env]], asynchronous: bool = False, name: str = "env"
+    ) -> None:
         from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-        cls = AsyncVectorEnv if asynchronous else SyncVectorEnv
-        self.env = cls(list(env_fns), autoreset_mode=AutoresetMode.SAME_STEP)
+        self.name = name
+        self.asynchronous = asynchronous
+        if asynchronous:
+            self.env = AsyncVectorEnv(list(env_fns), autoreset_mode=AutoresetMode.SAME_STEP, context=_mp_context())
+        else:
+            self.env = SyncVectorEnv(list(env_fns), autoreset_mode=AutoresetMode.SAME_STEP)
         self.num_envs = self.env.num_envs
         self.single_observation_space = self.env.single_observation_space
         self.single_action_space = self.env.single_action_space
         self.supports_snapshot = not asynchronous
         spec = self.env.spec if getattr(self.env, "spec", None) else None
         self.max_episode_steps = getattr(spec, "max_episode_steps", None) if spec else None
-        if self.max_episode_steps is None and not asynchronous:
-            self.max_episode_steps = self.env.envs[0].spec.max_episode_steps if self.env.envs[0].spec else None
+        if self.max_episode_steps is None:
+            # Async workers own the envs: ask worker 0 for its spec (one IPC round, at start).
+            first = self.env.envs[0].spec if not asynchronous else self.env.get_attr("spec")[0]
+            self.max_episode_steps = getattr(first, "max_episode_steps", None)
+        # Reset seed of each env's current run of episodes and the auto-resets since, for errors.
+        self._seeds = np.full(self.num_envs, -1, dtype=np.int64)
+        self._autoresets = np.zeros(self.num_envs, dtype=np.int64)
+
+    def _worker_error(self, exc: Exception, during: str) -> EnvWorkerError:
+        failed = [i for i, pipe in enumerate(getattr(self.env, "parent_pipes", [])) if pipe is None]
+        where = []
+        for i in failed or range(self.num_envs):
+            seed = int(self._seeds[i])
+            desc = f"vector index {i}, reset seed {seed if seed >= 0 else 'none'}"
+            if self._autoresets[i]:
+                desc += f" + {int(self._autoresets[i])} automatic reset(s) without a seed"
+            where.append(desc)
+            if not failed and len(where) >= 4:
+                where.append("...")
+                break
+        return EnvWorkerError(
+            f"env {self.name!r} raised in its worker process during {during} "
+            f"({'; '.join(where)}): {type(exc).__name__}: {exc}"
+        )
 
     def reset(self, seeds: Sequence[int]) -> np.ndarray:
-        obs, _ = self.env.reset(seed=[int(s) for s in seeds])
+        seeds = [int(s) for s in seeds]
+        self._seeds[:] = seeds
+        self._autoresets[:] = 0
+        try:
+            obs, _ = self.env.reset(seed=seeds)
+        except Exception as exc:
+            if not self.asynchronous:
+                raise
+            raise self._worker_error(exc, "reset") from exc
         return obs
 
     def step(self, actions: np.ndarray) -> VecStep:
-        obs, reward, terminated, truncated, info = self.env.step(actions)
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(actions)
+        except Exception as exc:
+            if not self.asynchronous:
+                raise
+            raise self._worker_error(exc, "step") from exc
         final_obs = None
         done = terminated | truncated
+        self._autoresets += done
         if done.any():
             final_obs = obs.copy()
             finals = info.get("final_obs")
@@ -184,4 +252,4 @@ def make_vec_env(
     def make_one() -> gym.Env:
         return spec.make(**env_kwargs)
 
-    return GymVecEnv([make_one] * num_envs, asynchronous=vectorization == "async")
+    return GymVecEnv([make_one] * num_envs, asynchronous=vectorization == "async", name=spec.name)

@@ -36,6 +36,7 @@ def _token_by_token_logp(policy: LLMPolicy, g, prompt_mask: torch.Tensor, n: int
             prefix = torch.cat([prompt, g.completion_ids[i, :t]])
             with torch.no_grad():
                 logits = policy.model(prefix[None]).logits[0, -1]
+            logits = logits.masked_fill(policy.never_ids, float("-inf"))  # pad/unk are never sampled
             out[i, t] = logits.log_softmax(-1)[g.completion_ids[i, t]]
     return out
 
@@ -53,6 +54,7 @@ def test_completion_logprobs_match_token_by_token(policy: LLMPolicy) -> None:
 def test_masking_prompt_padding_post_eos(policy: LLMPolicy) -> None:
     g, ids, mask = _sample(policy, max_new_tokens=8)
     cm = g.completion_mask
+    assert not (g.completion_ids[cm.bool()] == policy.pad_id).any()  # pad is never sampled
     assert g.input_ids.shape[1] == ids.shape[1] + cm.shape[1]
     # Prompt block is the left-padded prompts, repeated per sample; its mask is the prompt mask.
     torch.testing.assert_close(g.input_ids[:, : g.prompt_len], ids.repeat_interleave(3, 0))

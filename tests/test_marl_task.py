@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import functools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,46 +18,64 @@ from grpo_marl.marl.policy import MultiAgentPolicy
 from grpo_marl.marl.rollout import MarlEpisodeCollector
 from grpo_marl.marl.vector import MarlVecEnv
 
-ROOT = Path(__file__).resolve().parents[1]
+
+COMMON = ("log.tensorboard=false", "marl.num_workers=0", "eval.episodes=2", "algo.epochs=1", "algo.minibatches=2")
 
 
-def _train(tmp_path: Path, *overrides: str) -> dict:
-    run_dir = tmp_path / "run"
-    cmd = [
-        sys.executable, "-m", "grpo_marl.train", "log.progress=false", "log.tensorboard=false",
-        "marl.num_workers=0", f"hydra.run.dir={run_dir}", *overrides,
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads((run_dir / "summary.json").read_text())
+def test_cli_smoke_simple_spread(run_cli, tmp_path: Path) -> None:
+    """What a user types; summary.json carries per-group returns."""
+    run_cli("env=simple_spread", "total_steps=100", "algo.group_size=2", "algo.num_groups=2", *COMMON)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["env_steps"] >= 100
+    assert set(summary["per_group_return"]) == {"agent"}
+    assert set(summary["per_agent_return"]) == {"agent_0", "agent_1", "agent_2"}
+    assert summary["return_unit"].startswith("mean per-agent")
 
 
 @pytest.mark.parametrize(
     ("env", "groups", "extra"),
     [
-        ("simple_spread", {"agent"}, ["algo.group_mode=seed"]),
+        ("simple_spread", {"agent"}, ["algo.group_mode=agent"]),
         ("simple_speaker_listener", {"speaker", "listener"}, ["algo.group_mode=state", "marl.agent_id=true"]),
-        ("pursuit", {"pursuer"}, ["algo.group_mode=seed_agent", "env_kwargs.max_cycles=20", "marl.share=agent"]),
+        ("pursuit", {"pursuer"}, ["algo.group_mode=seed_agent", "+env_kwargs.max_cycles=20", "marl.share=agent"]),
+        ("simple_speaker_listener", {"speaker", "listener"}, ["algo=mappo", "algo.n_envs=4"]),
+        ("pursuit", {"pursuer"}, ["algo=ippo", "algo.n_envs=2", "+env_kwargs.max_cycles=20"]),
     ],
 )
-def test_cli_smoke_per_task(tmp_path: Path, env: str, groups: set[str], extra: list[str]) -> None:
-    summary = _train(
-        tmp_path, f"env={env}", "total_steps=200", "algo.group_size=2", "algo.num_groups=2",
-        "eval.episodes=2", "algo.epochs=1", "algo.minibatches=2", *extra,
-    )
-    assert summary["status"] == "completed" and summary["env_steps"] >= 200
+def test_smoke_per_task_and_algo(train, tmp_path: Path, env: str, groups: set[str], extra: list[str]) -> None:
+    grpo = [] if any(e.startswith("algo=") for e in extra) else ["algo.group_size=2", "algo.num_groups=2"]
+    summary = train(tmp_path / "run", f"env={env}", "total_steps=100", *grpo, *COMMON, *extra)
+    assert summary["status"] == "completed" and summary["env_steps"] >= 100
     assert set(summary["per_group_return"]) == groups
     assert np.isfinite(summary["eval/return_mean"])
-    assert summary["agent_groups"] and summary["return_unit"].startswith("mean per-agent")
+    assert summary["agent_groups"]
 
 
-def test_config_errors_are_actionable(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "grpo_marl.train", "env=simple_spread", "marl.share=team",
-           "algo.group_mode=branch", f"hydra.run.dir={tmp_path}"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode != 0
-    out = proc.stdout + proc.stderr
-    assert "marl.share='team'" in out and "algo.group_mode='branch'" in out
+def test_resume_continues_the_collector(train, tmp_path: Path, read_metrics) -> None:
+    run = tmp_path / "run"
+    base = ("env=simple_spread", "algo.group_size=2", "algo.num_groups=2", "checkpoint.every=1", *COMMON)
+    first = train(run, *base, "total_steps=100")
+    assert first["env_steps"] == 100
+    second = train(run, "total_steps=200", f"resume={run}")
+    assert second["env_steps"] == 200 and second["updates"] == 2
+
+
+def test_config_errors_are_actionable(resolve) -> None:
+    from grpo_marl.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        resolve(["env=simple_spread", "marl.share=team", "algo.group_mode=branch"])
+    assert "marl.share='team'" in str(err.value) and "algo.group_mode='branch'" in str(err.value)
+    with pytest.raises(ConfigError, match="algo=mappo or algo=ippo"):
+        resolve(["env=simple_spread", "algo=ppo"])
+
+
+def test_tuned_defaults_per_algo(resolve) -> None:
+    cfg = resolve(["env=simple_spread"])
+    assert cfg.algo.group_mode == "seed" and cfg.algo.group_size == 8 and cfg.total_steps == 1_500_000
+    assert cfg.train.threshold == -9.0
+    cfg = resolve(["env=pursuit", "algo=mappo"])
+    assert cfg.algo.n_envs == 16
 
 
 def _collector(name: str, mode: str, n_groups: int = 2, g: int = 2, **kw) -> tuple[MarlEpisodeCollector, MultiAgentPolicy]:
@@ -101,7 +117,7 @@ def test_batch_layout_heterogeneous_agent_groups_are_padded() -> None:
 
 
 def test_state_groups_branch_from_one_snapshot() -> None:
-    col, pol = _collector("simple_spread", "state", state_reset_frac=0.0) if False else _collector("simple_spread", "state")
+    col, pol = _collector("simple_spread", "state")
     col.state_reset_frac = 0.0
     col.collect(pol)  # fills the archive
     assert len(col.archive) == 2
@@ -127,10 +143,26 @@ def test_collector_state_roundtrip_reproduces_next_batch() -> None:
     torch.testing.assert_close(first["rewards"], second["rewards"])
 
 
-def test_short_learning_run_on_simple_spread(tmp_path: Path) -> None:
+def test_short_learning_run_on_simple_spread(train, tmp_path: Path) -> None:
     """GRPO with seed groups must clearly beat the random policy (about -26) in ~60k steps."""
-    summary = _train(
-        tmp_path, "env=simple_spread", "total_steps=60000", "algo.group_size=8", "algo.num_groups=8",
-        "algo.lr=0.003", "eval.episodes=50", "seed=3",
+    summary = train(
+        tmp_path / "run", "env=simple_spread", "total_steps=60000", "algo.group_size=8", "algo.num_groups=8",
+        "eval.episodes=50", "seed=3", "log.tensorboard=false", "marl.num_workers=0",
     )
     assert summary["eval/return_mean"] > -20.0, summary
+
+
+def test_team_reward_makes_agent_groups_zero_variance() -> None:
+    """pursuit shares one reward among pursuers: agent groups carry no signal, seed groups do."""
+    from grpo_marl.advantages import zero_std_groups
+
+    for mode, expect_all_zero in (("agent", True), ("seed", False)):
+        col, pol = _collector("pursuit", mode, n_groups=2, g=2, max_cycles=15)
+        batch = col.collect(pol)
+        assert batch.metrics["rollout/team_reward_frac"] == 1.0
+        returns = (batch.grouped("rewards") * batch.grouped("mask")).sum(-1)
+        zero = zero_std_groups(returns, batch.grouped("mask").any(-1))
+        if expect_all_zero:
+            assert zero.all()
+        else:
+            assert not zero.all()

@@ -52,15 +52,19 @@ _TEXT_GRPO: dict[str, Any] = {
     "ref_refresh": 0,
     "max_grad_norm": 1.0,
 }
+# Updates are ~10-50 ms, so log and checkpoint every few of them, not every one.
+_TEXT_COMMON: dict[str, Any] = {"log": {"every": 10}, "checkpoint": {"every": 200}}
+# Large groups: a from-scratch policy must see the right answer inside a group before its
+# distribution over a prompt collapses onto a wrong one (then the group has zero variance).
 _ARITHMETIC = {
-    "common": {"total_steps": 400_000, "eval": {"every_steps": 20_000}},
-    "grpo": {"algo": {**_TEXT_GRPO, "group_size": 8, "num_groups": 32, "lr": 1e-3}},
+    "common": {**_TEXT_COMMON, "total_steps": 2_000_000, "eval": {"every_steps": 20_480}},
+    "grpo": {"algo": {**_TEXT_GRPO, "group_size": 32, "num_groups": 16, "lr": 1e-3}},
 }
 _QUADRATIC = {
-    "common": {"total_steps": 1_000_000, "eval": {"every_steps": 50_000}, "model": {"max_positions": 48}},
-    "grpo": {"algo": {**_TEXT_GRPO, "group_size": 8, "num_groups": 32, "lr": 1e-3}},
+    "common": {**_TEXT_COMMON, "total_steps": 2_000_000, "eval": {"every_steps": 51_200}},
+    "grpo": {"algo": {**_TEXT_GRPO, "group_size": 32, "num_groups": 16, "lr": 1e-3}},
 }
-_JSONL = {"grpo": {"algo": {**_TEXT_GRPO, "lr": 1e-5, "beta": 0.04}}}
+_JSONL = {"common": _TEXT_COMMON, "grpo": {"algo": {**_TEXT_GRPO, "lr": 1e-5, "beta": 0.04}}}
 
 register_env(
     "arithmetic",
@@ -102,6 +106,8 @@ def text_config_errors(cfg: DictConfig) -> list[str]:
         errors.append(f"text.temperature={t.temperature} must be > 0 (evaluation is always greedy)")
     if not 0 < float(t.top_p) <= 1:
         errors.append(f"text.top_p={t.top_p} must be in (0, 1]")
+    if int(t.get("sft_steps", 0) or 0) < 0:
+        errors.append(f"text.sft_steps={t.sft_steps} must be >= 0 (0 = no supervised warm start)")
     if not m.path and str(m.arch) not in ("gpt2", "qwen2"):
         errors.append(f"model.arch={m.arch!r}: tiny models are gpt2 or qwen2 (or set model.path)")
     if not m.path and int(m.hidden_size) % int(m.num_heads):

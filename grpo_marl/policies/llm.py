@@ -37,6 +37,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+#: Logit given to tokens that are never sampled: finite (so 0 * logit stays 0 in the entropy)
+#: yet exp() underflows to exactly 0 in float32.
+NEG_LOGIT = -1e9
+
+
 @dataclass
 class LoraSpec:
     """LoRA adapter settings (needs ``peft``)."""
@@ -152,6 +157,17 @@ class LLMPolicy(nn.Module):
                 model.enable_input_require_grads()
         self.model = model
         self._cache_kw = _cache_kwarg(model)
+        # Tokens a completion must never contain: padding, <unk>, and ids past the tokenizer
+        # (padded embedding rows of real checkpoints). Sampling and scoring both mask them, so the
+        # behaviour and training distributions stay identical; a tiny model trained from scratch
+        # also explores faster without them.
+        vocab = int(model.get_output_embeddings().weight.shape[0])
+        never = torch.zeros(vocab, dtype=torch.bool)
+        never[min(len(tokenizer), vocab) :] = True
+        for tid in (tokenizer.pad_token_id, getattr(tokenizer, "unk_token_id", None)):
+            if tid is not None and tid != self.eos_id and tid < vocab:
+                never[tid] = True
+        self.register_buffer("never_ids", never.to(next(model.parameters()).device), persistent=False)
 
     # ------------------------------------------------------------------ construction / io
 
@@ -297,7 +313,7 @@ class LLMPolicy(nn.Module):
         inv_t = 1.0 if greedy else 1.0 / temperature
         steps = 0
         for t in range(max_new_tokens):
-            scaled = logits.float() * inv_t
+            scaled = logits.float().mul(inv_t).masked_fill(self.never_ids, NEG_LOGIT)
             logprobs = scaled.log_softmax(-1)
             if greedy:
                 tok = scaled.argmax(-1)
@@ -374,6 +390,7 @@ class LLMPolicy(nn.Module):
         logits = out.logits[:, :-1].float()
         if temperature != 1.0:
             logits = logits / temperature
+        logits = logits.masked_fill(self.never_ids, NEG_LOGIT)
         targets = input_ids[:, -t_len:]
         logz = logits.logsumexp(-1)
         logp = logits.gather(-1, targets[..., None]).squeeze(-1) - logz

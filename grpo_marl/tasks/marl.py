@@ -40,7 +40,6 @@ MARL_DEFAULTS: dict[str, Any] = {
     "share": "group",  # group | agent: parameter sharing
     "agent_id": False,  # append a one-hot of the agent's index within its group
     "num_workers": -1,  # env processes (-1 = auto: one per CPU core, 0 = in-process)
-    "critic": "mappo",  # PPO baselines: mappo (centralized, env.state()) | ippo (own obs)
 }
 
 
@@ -87,6 +86,24 @@ def _episode_collector(task: "MARLTask", cfg: DictConfig) -> MarlEpisodeCollecto
     )
 
 
+@register_marl_collector("episodes_ppo")
+def _ppo_episode_collector(task: "MARLTask", cfg: DictConfig) -> MarlEpisodeCollector:
+    """IPPO/MAPPO: ``algo.n_envs`` independent episodes per update (groups of one), with the
+    global state recorded for MAPPO's centralized critic."""
+    a = cfg.algo
+    return MarlEpisodeCollector(
+        task.vec,
+        task.groups,
+        num_groups=task.vec.num_envs,
+        group_size=1,
+        mode="seed",
+        device=task.device,
+        seed=int(cfg.seed),
+        max_steps=cfg.vec.max_steps,
+        with_state=str(a.name) == "mappo",
+    )
+
+
 class MARLTask:
     """Everything env-specific the trainer needs for a PettingZoo Parallel env."""
 
@@ -114,8 +131,12 @@ class MARLTask:
             agent_id=bool(self.settings["agent_id"]),
         )
         probe.close()
+        self.state_dim = _state_dim(probe)
         a = cfg.algo
-        num_envs = int(cfg.vec.num_envs or 0) or int(a.get("num_groups", 1)) * int(a.get("group_size", 1))
+        if a.get("n_envs"):
+            num_envs = int(a.n_envs)  # PPO baselines: independent episodes per update
+        else:
+            num_envs = int(cfg.vec.num_envs or 0) or int(a.get("num_groups", 1)) * int(a.get("group_size", 1))
         self.num_workers = resolve_workers(int(self.settings["num_workers"]), num_envs)
         self.vec = MarlVecEnv(self.env_fn, num_envs, num_workers=self.num_workers)
         p = cfg.policy
@@ -194,6 +215,17 @@ class MARLTask:
         self.vec.close()
         if self._eval_vec is not None:
             self._eval_vec.close()
+
+
+def _state_dim(env: Any) -> int:
+    """Length of ``env.state()`` (0 when the env has no global state)."""
+    space = getattr(env, "state_space", None)
+    if space is None or getattr(space, "shape", None) is None:
+        return 0
+    size = 1
+    for d in space.shape:
+        size *= int(d)
+    return size
 
 
 def _aec_to_parallel_factory(base_fn: Callable[[], Any]) -> Any:

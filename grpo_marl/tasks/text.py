@@ -103,6 +103,10 @@ class TextTask:
         self._train_ids, self._train_mask = self.policy.encode_prompts(list(self.train_set.prompts))
         self._eval_ids, self._eval_mask = self.policy.encode_prompts(list(self.eval_set.prompts))
         self.prompt_width = int(self._train_ids.shape[1])
+        self.sft_stats: dict[str, float] = {}
+        # On resume the checkpoint's weights replace the policy's, so the warm start is skipped.
+        if int(t.get("sft_steps", 0) or 0) > 0 and not cfg.get("resume"):
+            self.sft_stats = self.sft_warm_start(int(t.sft_steps), float(t.sft_lr), int(t.sft_batch))
         self.generator = torch.Generator(device=device).manual_seed(int(cfg.seed))
         self.rng = np.random.default_rng(int(cfg.seed))
         self._order = np.empty(0, dtype=np.int64)
@@ -112,6 +116,46 @@ class TextTask:
         self.run_dir: Path | None = None
         self._writer: Any = None
         self.threshold_metric = "eval/accuracy"
+
+    # -- optional supervised warm start --------------------------------------------------------
+    def teacher_forced(self, rows: np.ndarray) -> tuple[Tensor, Tensor, Tensor]:
+        """``(input_ids, attention_mask, completion_mask)`` for train prompts + reference answers
+        (+ EOS), in the sampler's layout, so the one-pass scorer gives their log-likelihood."""
+        tok = self.policy.tokenizer
+        answers = [self.train_set.answers[i] for i in rows]
+        enc = tok(answers, add_special_tokens=False)["input_ids"]
+        t_len = max(len(x) for x in enc) + 1
+        comp = torch.full((len(rows), t_len), self.policy.pad_id, dtype=torch.long)
+        cmask = torch.zeros((len(rows), t_len), dtype=torch.long)
+        for r, ids in enumerate(enc):
+            comp[r, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+            comp[r, len(ids)] = self.policy.eos_id
+            cmask[r, : len(ids) + 1] = 1
+        sel = torch.as_tensor(rows, device=self.device)
+        p_ids, p_mask = self._trim_left(self._train_ids[sel], self._train_mask[sel])
+        comp, cmask = comp.to(self.device), cmask.to(self.device)
+        return torch.cat([p_ids, comp], 1), torch.cat([p_mask, cmask], 1), cmask
+
+    def sft_warm_start(self, steps: int, lr: float, batch: int) -> dict[str, float]:
+        """Supervised fine-tuning on the train split's reference answers before GRPO (the
+        issue's allowed "SFT warm start"; off unless ``text.sft_steps > 0``). Uses its own Adam
+        so the RL optimizer starts fresh; never sees the eval split."""
+        opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=lr)
+        rng = np.random.default_rng(int(self.cfg.seed) + 17)
+        n = len(self.train_set)
+        loss_val = float("nan")
+        self.policy.train()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            rows = rng.choice(n, size=min(batch, n), replace=False)
+            ids, attn, cm = self.teacher_forced(rows)
+            logp, _ = self.policy.completion_logprobs(ids, attn, cm)
+            loss = -(logp.sum() / cm.sum())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            loss_val = float(loss.detach())
+        return {"text/sft_steps": float(steps), "text/sft_final_nll": loss_val, "text/sft_seconds": time.perf_counter() - t0}
 
     # -- trainer hooks -----------------------------------------------------------------------
     @property
@@ -331,7 +375,11 @@ class TextTask:
     def summary_extra(self) -> dict[str, Any]:
         """At the end of training: save the policy as an HF model dir (``model.save``), so
         ``model.path=<run_dir>/model`` reloads it, and report where it is."""
-        out: dict[str, Any] = {"text/task": self.text_task.name, "text/max_new_tokens": self.max_new_tokens}
+        out: dict[str, Any] = {
+            "text/task": self.text_task.name,
+            "text/max_new_tokens": self.max_new_tokens,
+            **self.sft_stats,
+        }
         if self.run_dir is not None and bool(self.cfg.model.save):
             path = self.policy.save_pretrained(self.run_dir / "model")
             out["model_dir"] = str(path)

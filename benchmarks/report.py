@@ -1,0 +1,280 @@
+"""Turn a suite's run directories into ``table.md``, ``results.json`` and learning-curve PNGs.
+
+Reads only the files every runner writes (``metrics.jsonl``, ``summary.json``), so a run that was
+cut by the budget still contributes its curve and, if it got there, its steps to threshold.
+
+Aggregation over seeds: medians with min-max; "steps to threshold" is the env-step count at the
+first periodic greedy evaluation (20 episodes) whose mean reached the threshold. A seed that never
+reached it counts as +inf, so a median over mostly-failed seeds reads "not reached" rather than
+flattering the algorithm with its lucky seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.suites import Suite
+
+
+def read_run(run_dir: Path) -> dict[str, Any]:
+    """Curve (eval lines) + summary of one run; missing summary = unfinished (budget/crash)."""
+    curve: list[dict[str, float]] = []
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.exists():
+        for line in metrics.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                break  # torn last line of a killed run
+            if "eval/return_mean" in rec and "time/wall_s" in rec:
+                curve.append({"step": rec["step"], "wall_s": rec["time/wall_s"], "return": rec["eval/return_mean"],
+                              "return_std": rec.get("eval/return_std", 0.0)})
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    return {"curve": curve, "summary": summary}
+
+
+def _per_seed(run: dict[str, Any], threshold: float | None) -> dict[str, Any]:
+    s, curve = run["summary"], run["curve"]
+    if s is not None and s.get("status") != "failed":
+        steps_thr, time_thr = s.get("steps_to_threshold"), s.get("time_to_threshold_s")
+        final_mean, final_std = s.get("eval/return_mean"), s.get("eval/return_std")
+        env_steps, wall = s.get("env_steps"), s.get("wall_seconds")
+        finished = True
+    else:  # unfinished: use what the curve shows
+        steps_thr = time_thr = None
+        if threshold is not None:
+            for p in curve:
+                if p["return"] >= threshold:
+                    steps_thr, time_thr = p["step"], p["wall_s"]
+                    break
+        last = curve[-1] if curve else None
+        final_mean = last["return"] if last else None
+        final_std = last["return_std"] if last else None
+        env_steps = last["step"] if last else None
+        wall = last["wall_s"] if last else None
+        finished = False
+    sps = env_steps / wall if env_steps and wall else None
+    return {"steps_to_threshold": steps_thr, "time_to_threshold_s": time_thr, "final_mean": final_mean,
+            "final_std": final_std, "env_steps": env_steps, "wall_seconds": wall, "sps": sps,
+            "finished": finished}
+
+
+def _median_range(values: list[float | None]) -> dict[str, Any]:
+    """Median/min/max with None as +inf (not reached); all-None gives None."""
+    xs = [math.inf if v is None else float(v) for v in values]
+    if not xs:
+        return {"median": None, "min": None, "max": None, "reached": 0, "n": 0}
+    med = float(np.median(xs))
+    finite = [x for x in xs if math.isfinite(x)]
+    return {
+        "median": med if math.isfinite(med) else None,
+        "min": min(finite) if finite else None,
+        "max": max(xs) if math.isfinite(max(xs)) else None,
+        "reached": len(finite),
+        "n": len(xs),
+    }
+
+
+def aggregate(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]]) -> dict[str, Any]:
+    """Rows per (env, algo) and ratio blocks per env."""
+    from grpo_marl.registry import get_spec
+
+    rows: dict[str, dict[str, Any]] = {}
+    for entry in suite.envs:
+        threshold = entry.threshold if entry.threshold is not None else get_spec(entry.env).threshold
+        for algo in suite.algos:
+            seeds = sorted(s for (e, a, s) in runs if e == entry.env and a == algo)
+            if not seeds:
+                continue
+            per = {s: _per_seed(runs[(entry.env, algo, s)], threshold) for s in seeds}
+            finals = [p["final_mean"] for p in per.values() if p["final_mean"] is not None]
+            sps = [p["sps"] for p in per.values() if p["sps"] is not None]
+            rows[f"{entry.env}/{algo}"] = {
+                "env": entry.env, "label": entry.label, "algo": algo, "threshold": threshold,
+                "seeds": seeds, "per_seed": per,
+                "steps_to_threshold": _median_range([p["steps_to_threshold"] for p in per.values()]),
+                "time_to_threshold_s": _median_range([p["time_to_threshold_s"] for p in per.values()]),
+                "final_return_mean": float(np.mean(finals)) if finals else None,
+                "final_return_std_over_seeds": float(np.std(finals)) if finals else None,
+                "final_return_min": float(np.min(finals)) if finals else None,
+                "final_return_max": float(np.max(finals)) if finals else None,
+                "sps_median": float(np.median(sps)) if sps else None,
+                "finished": sum(p["finished"] for p in per.values()),
+            }
+    ratios: dict[str, dict[str, Any]] = {}
+    for entry in suite.envs:
+        target = rows.get(f"{entry.env}/{suite.target}")
+        if target is None:
+            continue
+        out = {}
+        for ref in suite.references:
+            r = rows.get(f"{entry.env}/{ref}")
+            if r is None:
+                continue
+            out[ref] = {
+                "steps": _ratio(target["steps_to_threshold"]["median"], r["steps_to_threshold"]["median"]),
+                "wall": _ratio(target["time_to_threshold_s"]["median"], r["time_to_threshold_s"]["median"]),
+            }
+        ratios[entry.env] = out
+    return {"rows": rows, "ratios": ratios}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b <= 0:
+        return None
+    return a / b
+
+
+# -- formatting ---------------------------------------------------------------------------------
+def _fmt_num(x: float | None, digits: int = 0) -> str:
+    if x is None:
+        return "-"
+    if digits == 0:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}f}"
+
+
+def _fmt_range(mr: dict[str, Any], digits: int = 0) -> str:
+    if mr["n"] == 0:
+        return "-"
+    reached = f"{mr['reached']}/{mr['n']}"
+    if mr["median"] is None:
+        best = f", best {_fmt_num(mr['min'], digits)}" if mr["min"] is not None else ""
+        return f"not reached ({reached}{best})"
+    hi = _fmt_num(mr["max"], digits) if mr["max"] is not None else "not reached"
+    return f"{_fmt_num(mr['median'], digits)} [{_fmt_num(mr['min'], digits)}-{hi}] ({reached})"
+
+
+def _ratio_sentence(target: str, ref: str, kind: str, ratio: float | None, label: str) -> str:
+    if ratio is None:
+        return f"{target} vs {ref} {kind}: not comparable (one of them did not reach the threshold in the median)"
+    if kind == "env steps":
+        if ratio > 1.0:
+            return f"**{target} needs {ratio:.2f}x the env steps of {ref}** on {label} (more samples)"
+        return f"{target} needs {ratio:.2f}x the env steps of {ref} on {label} (fewer samples)"
+    word = "slower" if ratio > 1.0 else "faster"
+    return f"{target} wall-clock to threshold is {ratio:.2f}x {ref}'s on {label} ({word})"
+
+
+def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plots: list[str]) -> str:
+    lines = [f"# Benchmark suite `{suite.name}`", "", suite.description, ""]
+    lines.append(
+        f"Seeds: {meta['seeds']}; jobs in parallel: {meta['jobs']} on {meta['cpus']} CPU cores; "
+        f"{'SMOKE budget (not a measurement); ' if meta['smoke'] else ''}"
+        f"generated {meta['generated']}."
+    )
+    lines += [
+        "",
+        "Steps/time to threshold: median [min-max] over seeds (seeds that reached it / seeds); the "
+        "first periodic greedy evaluation (mean of "
+        f"{suite.eval_episodes} episodes) at or above the threshold. Wall seconds include evaluation "
+        "time and are measured while other jobs share the cores. Final eval: mean over seeds of the final "
+        f"{suite.eval_episodes}-episode greedy mean, +- std over seeds [min-max]. Steps/s: env steps / wall "
+        "seconds of the whole run (median over seeds).",
+        "",
+        "| env | algo | threshold | env steps to threshold | wall s to threshold | final greedy eval | steps/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, r in agg["rows"].items():
+        final = "-"
+        if r["final_return_mean"] is not None:
+            final = (f"{r['final_return_mean']:.1f} +- {r['final_return_std_over_seeds']:.1f} "
+                     f"[{r['final_return_min']:.1f}, {r['final_return_max']:.1f}]")
+        unfinished = "" if r["finished"] == len(r["seeds"]) else f" ({len(r['seeds']) - r['finished']} cut by budget)"
+        lines.append(
+            f"| {r['label']} | {r['algo']}{unfinished} | {r['threshold']} | {_fmt_range(r['steps_to_threshold'])} | "
+            f"{_fmt_range(r['time_to_threshold_s'], 1)} | {final} | {_fmt_num(r['sps_median'])} |"
+        )
+    lines += ["", f"## {suite.target} relative to the PPO baselines (ratio of medians; < 1 is better for {suite.target})", ""]
+    lines += ["| env | vs | env-steps ratio | wall-clock ratio |", "|---|---|---|---|"]
+    sentences = []
+    for entry in suite.envs:
+        for ref, rr in agg["ratios"].get(entry.env, {}).items():
+            fmt = lambda x: "n/a" if x is None else f"{x:.2f}x"  # noqa: E731
+            lines.append(f"| {entry.label} | {ref} | {fmt(rr['steps'])} | {fmt(rr['wall'])} |")
+            sentences.append(_ratio_sentence(suite.target, ref, "env steps", rr["steps"], entry.label))
+            sentences.append(_ratio_sentence(suite.target, ref, "wall-clock", rr["wall"], entry.label))
+    if sentences:
+        lines += ["", *[f"- {s}" for s in sentences]]
+    if plots:
+        lines += ["", "Learning curves (greedy return vs env steps and vs wall seconds): "
+                  + ", ".join(f"`{name}`" for name in plots)]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def plot_curves(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]], agg: dict[str, Any],
+                out_dir: Path) -> list[Path]:
+    """One PNG per env: greedy return vs env steps and vs wall seconds, median + min-max band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for entry in suite.envs:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        any_curve = False
+        for algo in suite.algos:
+            curves = [runs[k]["curve"] for k in runs if k[0] == entry.env and k[1] == algo and runs[k]["curve"]]
+            if not curves:
+                continue
+            any_curve = True
+            for ax, xkey in zip(axes, ("step", "wall_s")):
+                x_max = max(c[-1][xkey] for c in curves)
+                grid = np.linspace(0, x_max, 200)
+                ys = []
+                for c in curves:
+                    xs = np.array([p[xkey] for p in c])
+                    y = np.array([p["return"] for p in c])
+                    yi = np.interp(grid, xs, y, left=np.nan, right=y[-1])
+                    ys.append(yi)
+                ys = np.array(ys)
+                with np.errstate(all="ignore"):
+                    import warnings
+
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        med, lo, hi = np.nanmedian(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
+                line = ax.plot(grid, med, label=f"{algo} (n={len(curves)})")[0]
+                ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2)
+        thr = agg["rows"].get(f"{entry.env}/{suite.algos[0]}", {}).get("threshold")
+        for ax, xlabel in zip(axes, ("env steps", "wall seconds")):
+            if thr is not None:
+                ax.axhline(thr, color="gray", ls="--", lw=1, label="threshold")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(f"greedy return ({suite.eval_episodes} episodes)")
+            ax.grid(alpha=0.3)
+        if any_curve:
+            axes[0].legend(loc="lower right", fontsize=8)
+        fig.suptitle(f"{entry.label}: median and min-max over seeds")
+        fig.tight_layout()
+        path = out_dir / f"curves_{entry.env}.png"
+        if any_curve:
+            fig.savefig(path, dpi=100)
+            paths.append(path)
+        plt.close(fig)
+    return paths
+
+
+def write_report(suite: Suite, out_dir: Path, runs: dict[tuple[str, str, int], dict[str, Any]],
+                 meta: dict[str, Any]) -> dict[str, Any]:
+    agg = aggregate(suite, runs)
+    pngs = plot_curves(suite, runs, agg, out_dir)
+    (out_dir / "table.md").write_text(table_markdown(suite, agg, meta, [p.name for p in pngs]))
+    payload = {
+        "suite": suite.name,
+        "meta": meta,
+        "rows": agg["rows"],
+        "ratios": agg["ratios"],
+        "runs": [{"env": e, "algo": a, "seed": s, **runs[(e, a, s)]} for (e, a, s) in sorted(runs)],
+        "plots": [p.name for p in pngs],
+    }
+    (out_dir / "results.json").write_text(json.dumps(payload, indent=2, default=float) + "\n")
+    return payload

@@ -1,0 +1,151 @@
+"""Shared fixtures for the core test suite.
+
+Two ways to run the trainer, both the real thing:
+
+* ``run_cli(...)``: ``python -m grpo_marl.train`` as a subprocess in the repository root (what a
+  user types), for exit codes, messages and the run directory's files. Each call costs an
+  interpreter + torch + Hydra start, so the suite keeps these few.
+* ``train(...)``: the same ``grpo_marl.train.run`` the CLI calls, in-process, on a config composed
+  by Hydra's compose API from the same files: for resume and failure tests that need several runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = ROOT / "grpo_marl" / "conf"
+
+# ``tests.custom_envs`` must import the same way here as in the CLI subprocesses (cwd = ROOT).
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _subprocess_env() -> dict[str, str]:
+    env = os.environ.copy()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.pop("HYDRA_FULL_ERROR", None)  # test the messages users see, not full tracebacks
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def run_module(
+    module: str, args: list[str], run_dir: Path | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    """``python -m module args`` in the repository root.
+
+    For ``grpo_marl.train`` adds ``hydra.run.dir=<run_dir>`` (unless it is a ``-m`` sweep) and
+    ``log.progress=false``. ``check`` asserts exit code 0 and shows stdout/stderr otherwise.
+    """
+    args = list(args)
+    if module == "grpo_marl.train":
+        if "-m" not in args and "--multirun" not in args and run_dir is not None:
+            args.append(f"hydra.run.dir={run_dir}")
+        args.append("log.progress=false")
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, env=_subprocess_env(), capture_output=True, text=True
+    )
+    if check:
+        assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+@pytest.fixture(scope="session")
+def cli() -> Callable[..., subprocess.CompletedProcess]:
+    """Session-scoped :func:`run_module` (for module-scoped run fixtures)."""
+    return run_module
+
+
+@pytest.fixture
+def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
+    """``run_cli(*overrides, run_dir=tmp_path/"run", module="grpo_marl.train", check=True)``."""
+
+    def run(
+        *overrides: str, run_dir: Path | None = None, module: str = "grpo_marl.train", check: bool = True
+    ) -> subprocess.CompletedProcess:
+        return run_module(module, list(overrides), run_dir or tmp_path / "run", check)
+
+    return run
+
+
+def compose_config(overrides: list[str]) -> Any:
+    """Hydra composition of ``grpo_marl/conf`` with ``overrides`` (no env defaults, no validation)."""
+    from hydra import compose, initialize_config_dir
+
+    import grpo_marl.config  # noqa: F401  (registers the ${safe:} resolver)
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def resolved_config(overrides: list[str]) -> Any:
+    """What the CLI trains with: composition + env defaults under the overrides + validation."""
+    from grpo_marl.config import resolve_config
+
+    return resolve_config(compose_config(overrides), list(overrides))
+
+
+@pytest.fixture
+def train() -> Callable[..., dict]:
+    """``train(run_dir, *overrides)`` -> summary dict, via ``grpo_marl.train.run`` in-process."""
+    from grpo_marl.train import run
+
+    def go(run_dir: Path, *overrides: str) -> dict:
+        ov = [*overrides, "log.progress=false"]
+        return run(compose_config(ov), ov, Path(run_dir))
+
+    return go
+
+
+@pytest.fixture
+def registry_sandbox() -> Iterator[Any]:
+    """Undo every registration a test makes (built-ins loaded first so they survive the restore)."""
+    from grpo_marl import registry
+
+    registry._load_builtins()
+    saved = dict(registry._REGISTRY)
+    flags = (registry._BUILTINS_LOADED, registry._ENTRY_POINTS_LOADED)
+    try:
+        yield registry
+    finally:
+        registry._REGISTRY.clear()
+        registry._REGISTRY.update(saved)
+        registry._BUILTINS_LOADED, registry._ENTRY_POINTS_LOADED = flags
+
+
+def _read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def _load_checkpoint(run_dir: Path) -> dict:
+    return torch.load(Path(run_dir) / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
+
+
+@pytest.fixture
+def read_metrics() -> Callable[[Path], list[dict]]:
+    """``read_metrics(run_dir)`` -> the records of ``metrics.jsonl``."""
+    return _read_metrics
+
+
+@pytest.fixture
+def load_checkpoint() -> Callable[[Path], dict]:
+    """``load_checkpoint(run_dir)`` -> the dict saved in ``checkpoints/last.pt``."""
+    return _load_checkpoint
+
+
+@pytest.fixture
+def compose() -> Callable[[list[str]], Any]:
+    return compose_config
+
+
+@pytest.fixture
+def resolve() -> Callable[[list[str]], Any]:
+    return resolved_config

@@ -1,0 +1,133 @@
+"""Benchmark harness: a --smoke run end to end, the report's aggregation rules, suites, SB3 peer."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.report import aggregate, read_run, table_markdown, write_report
+from benchmarks.run import execute, main, plan
+from benchmarks.suites import SUITES, EnvEntry, Suite, get_suite, register_suite
+
+
+def test_smoke_run_writes_table_results_and_plots(tmp_path: Path) -> None:
+    payload = main(["--suite", "classic", "--smoke", "--envs", "cartpole", "--algos", "ppo", "--seeds", "1",
+                    "--jobs", "1", "--out", str(tmp_path)])
+    out = tmp_path / "classic-smoke"
+    assert payload["meta"]["status"] == {"cartpole/ppo/seed1": "ok"}
+    run_dir = out / "runs" / "cartpole" / "ppo" / "seed1"
+    assert (run_dir / "summary.json").exists() and (run_dir / "runner.log").exists()
+    assert "grpo_marl.train" in (run_dir / "runner.log").read_text().splitlines()[0]  # the real CLI
+
+    table = (out / "table.md").read_text()
+    assert "SMOKE" in table
+    row = next(line for line in table.splitlines() if line.startswith("| CartPole-v1 | ppo"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "475.0" and "+-" in cells[5] and cells[6].replace(",", "").isdigit()
+
+    results = json.loads((out / "results.json").read_text())
+    r = results["rows"]["cartpole/ppo"]
+    assert r["seeds"] == [1] and r["per_seed"]["1"]["env_steps"] == 2048 and r["sps_median"] > 0
+    assert r["steps_to_threshold"]["n"] == 1
+    (run,) = results["runs"]
+    # smoke: eval every 1024 steps over 2048 -> two periodic evaluations with wall-clock stamps
+    assert [p["step"] for p in run["curve"]] == [1024, 2048]
+    assert all(p["wall_s"] > 0 for p in run["curve"])
+    png = out / "curves_cartpole.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert results["plots"] == ["curves_cartpole.png"]
+
+    # A second invocation reuses the finished run instead of training again.
+    again = main(["--suite", "classic", "--smoke", "--envs", "cartpole", "--algos", "ppo", "--seeds", "1",
+                  "--out", str(tmp_path)])
+    assert again["meta"]["status"] == {"cartpole/ppo/seed1": "reused"}
+
+
+def _fake_run(root: Path, env: str, algo: str, seed: int, evals: list[tuple[int, float, float]],
+              threshold: float, finished: bool = True) -> None:
+    d = root / "runs" / env / algo / f"seed{seed}"
+    d.mkdir(parents=True)
+    lines = [{"step": s, "eval/return_mean": r, "eval/return_std": 1.0, "time/wall_s": w} for s, r, w in evals]
+    lines.insert(1, {"step": evals[0][0], "train/loss": 0.1})  # non-eval lines are ignored
+    (d / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines) + '{"torn')
+    if finished:
+        hit = next(((s, w) for s, r, w in evals if r >= threshold), (None, None))
+        summary = {"status": "completed", "eval/return_mean": evals[-1][1], "eval/return_std": 2.0,
+                   "env_steps": evals[-1][0], "wall_seconds": evals[-1][2], "steps_to_threshold": hit[0],
+                   "time_to_threshold_s": hit[1]}
+        (d / "summary.json").write_text(json.dumps(summary))
+
+
+def test_report_medians_ratios_and_plain_statements(tmp_path: Path) -> None:
+    suite = Suite("unit", "unit-test suite", [EnvEntry("cartpole", "CartPole-v1", eval_every=100)],
+                  algos=["grpo", "ppo", "sb3_ppo"])
+    thr = 475.0
+    # GRPO: 2000, 4000 and one seed never reaching it -> median 4000 (3 seeds, unreached = inf)
+    _fake_run(tmp_path, "cartpole", "grpo", 1, [(1000, 100, 1.0), (2000, 480, 2.0)], thr)
+    _fake_run(tmp_path, "cartpole", "grpo", 2, [(2000, 100, 1.0), (4000, 490, 3.0)], thr)
+    _fake_run(tmp_path, "cartpole", "grpo", 3, [(2000, 100, 1.0), (4000, 200, 3.0)], thr)
+    # our PPO: 1000 and 3000 -> median 2000; the cut (unfinished) second seed comes from its curve
+    _fake_run(tmp_path, "cartpole", "ppo", 1, [(1000, 480, 4.0), (2000, 500, 8.0)], thr)
+    _fake_run(tmp_path, "cartpole", "ppo", 2, [(1000, 100, 4.0), (3000, 500, 12.0)], thr, finished=False)
+    # SB3 PPO never reaches it
+    _fake_run(tmp_path, "cartpole", "sb3_ppo", 1, [(1000, 100, 5.0)], thr)
+    runs = {(e, a, int(s[4:])): read_run(tmp_path / "runs" / e / a / s)
+            for e in ["cartpole"] for a in suite.algos for s in ["seed1", "seed2", "seed3"]
+            if (tmp_path / "runs" / e / a / s).exists()}
+    agg = aggregate(suite, runs)
+    g = agg["rows"]["cartpole/grpo"]["steps_to_threshold"]
+    assert (g["median"], g["min"], g["max"], g["reached"], g["n"]) == (4000, 2000, None, 2, 3)
+    p = agg["rows"]["cartpole/ppo"]
+    assert p["steps_to_threshold"]["median"] == 2000 and p["finished"] == 1
+    assert p["time_to_threshold_s"]["median"] == pytest.approx(8.0)  # (4 + 12) / 2
+    assert agg["ratios"]["cartpole"]["ppo"]["steps"] == pytest.approx(2.0)
+    assert agg["ratios"]["cartpole"]["ppo"]["wall"] == pytest.approx(3.0 / 8.0)
+    assert agg["ratios"]["cartpole"]["sb3_ppo"]["steps"] is None
+    meta = {"seeds": [1, 2, 3], "jobs": 2, "cpus": 2, "smoke": False, "generated": "now"}
+    md = table_markdown(suite, agg, meta, ["curves_cartpole.png"])
+    assert "**grpo needs 2.00x the env steps of ppo** on CartPole-v1 (more samples)" in md
+    assert "wall-clock to threshold is 0.38x ppo's on CartPole-v1 (faster)" in md
+    assert "not reached (0/1)" in md and "4,000 [2,000-not reached] (2/3)" in md
+    assert "ppo (1 cut by budget)" in md
+    payload = write_report(suite, tmp_path, runs, meta)
+    assert payload["plots"] == ["curves_cartpole.png"] and (tmp_path / "table.md").exists()
+
+
+def test_suite_registry_and_plan_order(tmp_path: Path) -> None:
+    classic = get_suite("classic")
+    assert [e.label for e in classic.envs] == ["CartPole-v1", "Pendulum-v1", "Acrobot-v1",
+                                               "MountainCarContinuous-v0"]
+    assert classic.algos == ["grpo", "ppo", "sb3_ppo"]
+    with pytest.raises(KeyError, match="unknown suite"):
+        get_suite("no_such_suite")
+    suite = register_suite(Suite("unit_plug", "plugged in", [EnvEntry("cartpole", "CP", 100)], ["ppo"]))
+    try:
+        assert get_suite("unit_plug") is suite
+    finally:
+        SUITES.pop("unit_plug")
+    jobs = plan(classic, tmp_path, [1, 2], ["cartpole", "pendulum"], ["grpo", "ppo"], smoke=False,
+                stop_on_threshold=False)
+    assert [j.key for j in jobs[:4]] == ["cartpole/grpo/seed1", "cartpole/ppo/seed1", "pendulum/grpo/seed1",
+                                         "pendulum/ppo/seed1"]
+    assert jobs[1].total_steps == 100_000 and jobs[0].total_steps is None  # GRPO: env default
+    # A zero budget starts nothing and says so.
+    status = execute(jobs, n_parallel=2, budget_s=0.0, force=False)
+    assert set(status.values()) == {"skipped: budget"}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None, reason="needs the bench extra")
+def test_sb3_peer_writes_the_same_files(tmp_path: Path) -> None:
+    from benchmarks.sb3_ppo import run, zoo_kwargs
+
+    hp, n_envs, normalize, steps = zoo_kwargs("CartPole-v1")
+    assert (n_envs, normalize, steps, hp["n_steps"], hp["batch_size"]) == (8, False, 100_000, 32, 256)
+    assert hp["learning_rate"](0.5) == pytest.approx(0.0005)  # zoo "lin_0.001"
+    summary = run("cartpole", seed=1, run_dir=tmp_path, eval_every=256, eval_episodes=3, total_steps=512,
+                  threshold=None)
+    assert summary["algo"] == "sb3_ppo" and summary["env_steps"] == 512
+    run_ = read_run(tmp_path)
+    assert [p["step"] for p in run_["curve"]] == [256, 512]
+    assert {"eval/return_mean", "eval/return_std", "wall_seconds", "steps_to_threshold"} <= set(run_["summary"])
