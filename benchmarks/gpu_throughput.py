@@ -110,8 +110,9 @@ CASES: list[Case] = [
         "text_qwen2_0.5b_bf16",
         "text",
         # 32 prompts x 8 completions of up to 64 tokens; bf16 weights (model.dtype=auto on CUDA).
+        # 4 minibatches of 64 sequences: [64, 65, 151936] float32 logits are 2.5 GB per copy.
         ["env=arithmetic", "algo.num_groups=32", "algo.group_size=8", "total_steps=1024", "text.max_new_tokens=64",
-         "text.eval_prompts=32", "eval.episodes=32", "model.save=false", "model.dtype=bfloat16", "algo.lr=1e-5"],
+         "text.eval_prompts=32", "eval.episodes=32", "model.save=false", "model.dtype=bfloat16", "algo.lr=1e-5", "algo.minibatches=4"],
         ["env=arithmetic", "algo.num_groups=2", "algo.group_size=2", "total_steps=8", "text.max_new_tokens=8",
          "text.eval_prompts=4", "eval.episodes=4", "model.save=false", "model.dtype=float32"],
         "Qwen2 arch, 494M params, random init, bf16 weights",
@@ -122,7 +123,7 @@ CASES: list[Case] = [
         "text",
         # Same, with float32 master weights + Adam state and bf16 autocast (mixed precision).
         ["env=arithmetic", "algo.num_groups=32", "algo.group_size=8", "total_steps=1024", "text.max_new_tokens=64",
-         "text.eval_prompts=32", "eval.episodes=32", "model.save=false", "model.dtype=float32", "autocast=bf16", "algo.lr=1e-5"],
+         "text.eval_prompts=32", "eval.episodes=32", "model.save=false", "model.dtype=float32", "autocast=bf16", "algo.lr=1e-5", "algo.minibatches=4"],
         ["env=arithmetic", "algo.num_groups=2", "algo.group_size=2", "total_steps=8", "text.max_new_tokens=8",
          "text.eval_prompts=4", "eval.episodes=4", "model.save=false", "model.dtype=float32", "autocast=bf16"],
         "Qwen2 arch, 494M params, fp32 weights + bf16 autocast",

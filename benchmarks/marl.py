@@ -39,6 +39,8 @@ ALGOS: dict[str, list[str]] = {
     "ippo": ["algo=ippo"],
 }
 TASKS = ("simple_spread", "simple_speaker_listener", "pursuit")
+# pursuit runs a few hundred steps/s per process: fewer reference episodes
+REF_EPISODES_CAP = {"pursuit": 100}
 
 
 def references(task: str, episodes: int, seed: int = 10_000) -> dict[str, dict[str, Any]]:
@@ -103,7 +105,7 @@ def main() -> None:
     lines.append("| task | policy | return | per group | env steps | wall s |")
     lines.append("|---|---|---:|---|---:|---:|")
     for task in args.tasks:
-        refs = references(task, args.ref_episodes)
+        refs = references(task, min(args.ref_episodes, REF_EPISODES_CAP.get(task, args.ref_episodes)))
         results["references"][task] = refs
         for name, r in refs.items():
             groups = ", ".join(f"{g} {v:.2f}" for g, v in r.get("per_group", {}).items())

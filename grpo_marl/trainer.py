@@ -147,7 +147,7 @@ class Trainer:
         try:
             with self._amp():
                 batch = self.algo.collect()
-        except STOP_ERRORS as exc:
+        except Exception as exc:  # any failure: the other ranks must hear of it, not hang
             if not self.ctx.enabled:
                 raise
             error = exc
@@ -219,7 +219,7 @@ class Trainer:
         if terms is None:
             detail = "on another rank"
         else:
-            detail = "(" + ", ".join(f"{name}={float(v):.4g}" for name, v in terms.items()) + ")"
+            detail = "(" + ", ".join(f"{name}={float(v.detach()):.4g}" for name, v in terms.items()) + ")"
         return NonFiniteError(
             f"loss became non-finite at update {self.updates + 1} {detail}; "
             "lower algo.lr, set algo.max_grad_norm, or check the env's rewards"

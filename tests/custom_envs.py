@@ -32,7 +32,8 @@ def register_hook() -> None:
 
 
 class NonFiniteCartPole(gym.Wrapper):
-    """CartPole that emits NaN (observation or reward) once this instance has taken ``after`` steps.
+    """CartPole that emits NaN (``where`` = obs or reward) or overflowing rewards (``huge``) once
+    this instance has taken ``after`` steps.
 
     The counter survives resets, so the first few updates of a run are healthy (and checkpointed)
     before the env breaks, like a simulator that diverges mid-run.
@@ -50,8 +51,10 @@ class NonFiniteCartPole(gym.Wrapper):
         if self.count > self.after:
             if self.where == "obs":
                 obs = np.full_like(obs, np.nan)
-            else:
+            elif self.where == "reward":
                 reward = float("nan")
+            else:  # "huge": finite rewards whose returns overflow float32, so the loss turns NaN
+                reward = 1e38
         return obs, reward, terminated, truncated, info
 
 

@@ -166,3 +166,13 @@ def test_team_reward_makes_agent_groups_zero_variance() -> None:
             assert zero.all()
         else:
             assert not zero.all()
+
+
+def test_custom_aec_env_registered_from_python(registry_sandbox, train, tmp_path: Path) -> None:
+    """A user's own PettingZoo env (here mpe2's AEC simple_spread) trains without framework edits."""
+    from mpe2 import simple_spread_v3
+
+    registry_sandbox.register_env("my_spread_aec", lambda **kw: simple_spread_v3.env(N=2, max_cycles=10, **kw), kind="pettingzoo")
+    summary = train(tmp_path / "run", "env=my_spread_aec", "total_steps=40", "algo.group_size=2", "algo.num_groups=2", *COMMON)
+    assert summary["agent_groups"] == {"agent": ["agent_0", "agent_1"]}
+    assert summary["env_steps"] >= 40

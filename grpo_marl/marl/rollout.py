@@ -95,6 +95,7 @@ class MarlEpisodeCollector:
         self.branch_horizon = int(branch_horizon) if mode == "state" else 0
         self.state_reset_frac = float(state_reset_frac)
         self.archive: list[_Archived] = []
+        self.prev_len = int(self.max_steps or 25)  # steps of the last collection (snapshot times)
         self.episode_counter = 0
         self.total_env_steps = 0
         arrangement = "seed" if mode == "state" else mode
@@ -143,8 +144,11 @@ class MarlEpisodeCollector:
         snap_at = np.full(n_env, -1, dtype=np.int64)
         if self.mode == "state":
             self.archive = []
+            # a uniform visited step of the previous collection's episodes (never step 0: that is
+            # what a fresh reset already gives)
+            hi = max(2, self.prev_len)
             for s in range(self.num_groups):
-                snap_at[s * self.group_size] = int(self.rng.integers(1, 1 + max(self.branch_horizon, 24)))
+                snap_at[s * self.group_size] = int(self.rng.integers(1, hi))
         horizon = self.branch_horizon or self.max_steps or 10**9
         has_mask = any(spec.has_action_mask for spec in self.groups.specs.values())
         rec: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "actions", "logp", "alive", "mask", "rewards", "state")}
@@ -182,6 +186,7 @@ class MarlEpisodeCollector:
             t += 1
         if t == 0:
             raise RuntimeError("every env finished at reset; nothing to collect")
+        self.prev_len = t
         self.total_env_steps += env_steps
         return Trajectories(
             obs=np.stack(rec["obs"]),
@@ -270,6 +275,7 @@ class MarlEpisodeCollector:
             "episode_counter": self.episode_counter,
             "total_env_steps": self.total_env_steps,
             "archive": self.archive,
+            "prev_len": self.prev_len,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -277,6 +283,7 @@ class MarlEpisodeCollector:
         self.episode_counter = int(state["episode_counter"])
         self.total_env_steps = int(state["total_env_steps"])
         self.archive = list(state.get("archive", []))
+        self.prev_len = int(state.get("prev_len", self.prev_len))
 
 
 @torch.no_grad()

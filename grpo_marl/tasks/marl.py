@@ -119,7 +119,9 @@ class MARLTask:
         probe = self.env_fn()
         if not hasattr(probe, "possible_agents") or not hasattr(probe, "step"):
             raise TypeError(f"env {spec.name!r} of kind pettingzoo did not build a PettingZoo env")
-        if hasattr(probe, "agent_selection"):
+        from pettingzoo import AECEnv
+
+        if isinstance(probe, AECEnv):
             from pettingzoo.utils.conversions import aec_to_parallel
 
             probe = aec_to_parallel(probe)

@@ -306,9 +306,11 @@ class TextTask:
         first = int(attn[:, :p].any(0).long().argmax())
         ids = ids[:, first : p + t_used]
         attn = attn[:, first : p + t_used]
-        logp, ent = policy.completion_logprobs(
-            ids, attn, cm[:, :t_used], temperature=self.temperature, with_entropy=need_entropy
-        )
+        # Entropy is always computed (it is cheap next to the forward) so train/entropy is logged
+        # even without an entropy bonus; detached then, so it adds nothing to the backward pass.
+        logp, ent = policy.completion_logprobs(ids, attn, cm[:, :t_used], temperature=self.temperature, with_entropy=True)
+        if not need_entropy and ent is not None:
+            ent = ent.detach()
         if t_used < t_full:
             logp = torch.nn.functional.pad(logp, (0, t_full - t_used))
             ent = None if ent is None else torch.nn.functional.pad(ent, (0, t_full - t_used))
