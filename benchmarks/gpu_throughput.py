@@ -70,7 +70,7 @@ class Case:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-COMMON = ["log.progress=false", "log.tensorboard=false", "checkpoint.every=0", "eval.every_steps=0"]
+COMMON = ["log.progress=false", "log.tensorboard=false", "log.every=1", "checkpoint.every=0", "eval.every_steps=0"]
 
 CASES: list[Case] = [
     Case(

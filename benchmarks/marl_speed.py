@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import argparse
 import functools
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from grpo_marl.marl.envs import make_parallel_env
 from grpo_marl.marl.groups import AgentGroups

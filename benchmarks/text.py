@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-new-tokens", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--eval-every", type=int, default=50, help="steps between greedy evaluations")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--frameworks", nargs="+", default=["ours", "trl"], choices=sorted(WORKERS))
     p.add_argument("--out", default="benchmarks/results/text")

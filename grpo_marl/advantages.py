@@ -85,7 +85,7 @@ def _center(values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     # Shift by the first valid entry before averaging: equal members then center to exactly 0.
     # (sum/count of equal floats is often off by an ulp, e.g. 3 x 0.99 / 3, and the group std
     # would blow that residue up to advantages of ~0.9 for members that are identical.)
-    first = mask.to(torch.int8).argmax(dim=-1, keepdim=True)
+    first = mask.to(values.dtype).argmax(dim=-1, keepdim=True)
     shifted = torch.where(mask, v - torch.gather(v, -1, first), zero)
     mean = shifted.sum(dim=-1) / count.clamp(min=1.0)
     centered = torch.where(mask, shifted - mean.unsqueeze(-1), torch.zeros_like(v))

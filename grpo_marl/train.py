@@ -127,10 +127,10 @@ def rank_overrides(argv: list[str], rank: int, world: int) -> tuple[list[str], s
     if world <= 1 or rank == 0:
         return [], None
     extra = ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
-    scratch = None
-    if not any(a.startswith(("hydra.run.dir=", "+hydra.run.dir=")) for a in argv):
-        scratch = tempfile.mkdtemp(prefix=f"grpo_marl_rank{rank}_")
-        extra += [f"hydra.run.dir={scratch}", f"hydra.sweep.dir={scratch}"]
+    scratch = tempfile.mkdtemp(prefix=f"grpo_marl_rank{rank}_")
+    for key in ("hydra.run.dir", "hydra.sweep.dir"):
+        if not any(a.startswith((f"{key}=", f"+{key}=")) for a in argv):
+            extra.append(f"{key}={scratch}")
     return extra, scratch
 
 

@@ -106,6 +106,18 @@ def train() -> Callable[..., dict]:
 
 
 @pytest.fixture
+def single_thread() -> Iterator[None]:
+    """One intra-op thread, as the trainer uses for MLP control tasks: small forwards on a shared
+    2-core machine are slower with more threads, not faster."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture
 def registry_sandbox() -> Iterator[Any]:
     """Undo every registration a test makes (built-ins loaded first so they survive the restore)."""
     from grpo_marl import registry

@@ -12,6 +12,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 NAMESPACES = ("rollout/", "train/", "eval/", "time/")
 TRAIN_KEYS = (
     "rollout/return_mean",

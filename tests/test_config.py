@@ -12,6 +12,8 @@ from hydra.errors import ConfigCompositionException
 from grpo_marl.config import ConfigError, env_defaults
 from grpo_marl.registry import UnknownEnvError, get_spec, register_env
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 
 def error_of(resolve, overrides: list[str]) -> str:
     with pytest.raises(ConfigError) as info:

@@ -98,7 +98,11 @@ def test_ranks_above_zero_write_nothing_through_hydra() -> None:
     finally:
         os.rmdir(scratch)
     extra, scratch = rank_overrides(["hydra.run.dir=/x"], rank=1, world=2)
-    assert scratch is None and not any(e.startswith("hydra.run.dir") for e in extra)
+    try:  # the user's run dir is kept (rank 1 creates nothing in it); the sweep dir is scratch
+        assert not any(e.startswith("hydra.run.dir") for e in extra)
+        assert f"hydra.sweep.dir={scratch}" in extra
+    finally:
+        os.rmdir(scratch)
 
 
 def test_host_to_device_matches_as_tensor_on_cpu() -> None:

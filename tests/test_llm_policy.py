@@ -167,3 +167,46 @@ def test_lora_reference_is_disabled_adapter(tmp_path: Path) -> None:
     merged = LLMPolicy.from_pretrained(pol.save_pretrained(tmp_path / "merged"))
     logp3, _ = merged.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
     torch.testing.assert_close(logp3, logp2.detach(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_new"])
+def test_fast_gpt2_path_matches_transformers(act: str) -> None:
+    """The lean GPT-2 forward gives the HF logits: prefill with left padding, then cached decode."""
+    from grpo_marl.policies.llm import FastGPT2
+
+    model, tok = build_tiny_lm(
+        TinyLMConfig(hidden_size=32, num_heads=2, alphabet=ALPHABET, extra={"activation_function": act})
+    )
+    model.eval()
+    fast = FastGPT2(model)
+    assert FastGPT2.supports(model)
+    pol = LLMPolicy(model, tok)
+    ids, mask = pol.encode_prompts(PROMPTS)
+    pos = positions_from_mask(mask)
+    with torch.no_grad():
+        ref = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        got, cache = fast(ids, pos, mask, None)
+        valid = mask.bool()
+        torch.testing.assert_close(got[valid], ref[valid], atol=1e-5, rtol=1e-5)
+        # Decode two more tokens through the cache == a full forward over the longer sequence.
+        nxt = torch.tensor([[5], [6], [7]])
+        full_ids = torch.cat([ids, nxt, nxt], 1)
+        full_mask = torch.cat([mask, torch.ones(3, 2, dtype=mask.dtype)], 1)
+        full_pos = positions_from_mask(full_mask)
+        ref2 = model(input_ids=full_ids, attention_mask=full_mask, position_ids=full_pos).logits
+        step1, cache = fast(nxt, full_pos[:, -2:-1], full_mask[:, :-1], cache, logits_to_keep=1)
+        step2, _ = fast(nxt, full_pos[:, -1:], full_mask, cache, logits_to_keep=1)
+        torch.testing.assert_close(step1[:, -1], ref2[:, -2], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(step2[:, -1], ref2[:, -1], atol=1e-5, rtol=1e-5)
+    # Same samples and log-probs with and without the fast path.
+    slow = LLMPolicy(model, tok, fast_path=False)
+    assert slow.fast is None and pol.fast is not None
+    gen = torch.Generator().manual_seed(0)
+    a = pol.generate(ids, mask, max_new_tokens=5, num_samples=2, generator=gen)
+    gen = torch.Generator().manual_seed(0)
+    b = slow.generate(ids, mask, max_new_tokens=5, num_samples=2, generator=gen)
+    assert torch.equal(a.input_ids, b.input_ids)
+    torch.testing.assert_close(a.logp, b.logp, atol=1e-5, rtol=1e-5)
+    la, _ = pol.completion_logprobs(a.input_ids, a.attention_mask, a.completion_mask)
+    lb, _ = slow.completion_logprobs(a.input_ids, a.attention_mask, a.completion_mask)
+    torch.testing.assert_close(la, lb, atol=1e-5, rtol=1e-5)

@@ -12,6 +12,8 @@ from torch.distributions import Categorical, Normal
 
 from grpo_marl.policies.mlp import MLPPolicy, UnsupportedSpaceError
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 OBS = spaces.Box(-5.0, 5.0, (3,), np.float32)
 
 

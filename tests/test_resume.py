@@ -15,6 +15,8 @@ from grpo_marl.config import ConfigError
 from grpo_marl.logging import RunLogger
 from grpo_marl.rollout import NonFiniteError
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 TOTAL = 8000  # four or more CartPole updates of 64 early (short) episodes
 
 

@@ -14,6 +14,8 @@ from grpo_marl.registry import get_spec
 from grpo_marl.snapshot import restore_env, snapshot_env
 from grpo_marl.vector import GymVecEnv, NativeCartPoleVecEnv, VecEnv, make_vec_env
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 # name -> (gymnasium id, vectorization)
 ENVS = {
     "cartpole-native": ("CartPole-v1", "native"),

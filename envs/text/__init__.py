@@ -53,15 +53,18 @@ _TEXT_GRPO: dict[str, Any] = {
     "max_grad_norm": 1.0,
 }
 # Updates are ~10-50 ms, so log and checkpoint every few of them, not every one.
+# One torch thread: a tiny model's matrices are too small to split, and OpenMP workers
+# spin-waiting on a shared CPU cost more than they save.
 _TEXT_COMMON: dict[str, Any] = {"log": {"every": 10}, "checkpoint": {"every": 200}}
+_TINY: dict[str, Any] = {"threads": 1}
 # Large groups: a from-scratch policy must see the right answer inside a group before its
 # distribution over a prompt collapses onto a wrong one (then the group has zero variance).
 _ARITHMETIC = {
-    "common": {**_TEXT_COMMON, "total_steps": 2_000_000, "eval": {"every_steps": 20_480}},
+    "common": {**_TEXT_COMMON, **_TINY, "total_steps": 2_000_000, "eval": {"every_steps": 20_480}},
     "grpo": {"algo": {**_TEXT_GRPO, "group_size": 32, "num_groups": 16, "lr": 1e-3}},
 }
 _QUADRATIC = {
-    "common": {**_TEXT_COMMON, "total_steps": 2_000_000, "eval": {"every_steps": 51_200}},
+    "common": {**_TEXT_COMMON, **_TINY, "total_steps": 2_000_000, "eval": {"every_steps": 51_200}},
     "grpo": {"algo": {**_TEXT_GRPO, "group_size": 32, "num_groups": 16, "lr": 1e-3}},
 }
 _JSONL = {"common": _TEXT_COMMON, "grpo": {"algo": {**_TEXT_GRPO, "lr": 1e-5, "beta": 0.04}}}

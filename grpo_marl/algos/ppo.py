@@ -79,7 +79,10 @@ class RunningReturnScale:
         return {"ret": self.ret.copy(), "mean": self.mean, "var": self.var, "count": self.count}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.ret = np.asarray(state["ret"], dtype=np.float64).copy()
+        ret = np.asarray(state["ret"], dtype=np.float64)
+        # A resume with another number of torchrun ranks changes the envs per rank: the running
+        # statistics carry over, the per-env return accumulators restart (as the envs do).
+        self.ret = ret.copy() if ret.shape == self.ret.shape else np.zeros_like(self.ret)
         self.mean, self.var, self.count = state["mean"], state["var"], state["count"]
 
 

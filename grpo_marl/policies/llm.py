@@ -126,6 +126,7 @@ class LLMPolicy(nn.Module):
         *,
         lora: LoraSpec | None = None,
         gradient_checkpointing: bool = False,
+        fast_path: bool = True,
     ) -> None:
         super().__init__()
         if tokenizer.pad_token_id is None:
@@ -157,6 +158,7 @@ class LLMPolicy(nn.Module):
                 model.enable_input_require_grads()
         self.model = model
         self._cache_kw = _cache_kwarg(model)
+        self.fast = FastGPT2(model) if (fast_path and not gradient_checkpointing and FastGPT2.supports(model)) else None
         # Tokens a completion must never contain: padding, <unk>, and ids past the tokenizer
         # (padded embedding rows of real checkpoints). Sampling and scoring both mask them, so the
         # behaviour and training distributions stay identical; a tiny model trained from scratch
@@ -289,17 +291,24 @@ class LLMPolicy(nn.Module):
         dev = prompt_ids.device
         padded = bool((prompt_mask == 0).any())
         pos = positions_from_mask(prompt_mask)
+        fast = self.fast if (self.fast is not None and model is self.model) else None
         kw: dict[str, Any] = {"use_cache": True, "logits_to_keep": 1}
-        out = model(
-            input_ids=prompt_ids,
-            attention_mask=prompt_mask if padded else None,
-            position_ids=pos,
-            **kw,
-        )
-        cache = _out_cache(out)
-        logits = out.logits[:, -1]
+        if fast is not None:
+            logits, cache = fast(prompt_ids, pos, prompt_mask if padded else None, None, logits_to_keep=1)
+        else:
+            out = model(
+                input_ids=prompt_ids,
+                attention_mask=prompt_mask if padded else None,
+                position_ids=pos,
+                **kw,
+            )
+            cache, logits = _out_cache(out), out.logits
+        logits = logits[:, -1]
         if num_samples > 1:
-            cache.batch_repeat_interleave(num_samples)
+            if fast is not None:
+                cache = fast.repeat_cache(cache, num_samples)
+            else:
+                cache.batch_repeat_interleave(num_samples)
             logits = logits.repeat_interleave(num_samples, 0)
             prompt_mask = prompt_mask.repeat_interleave(num_samples, 0)
             prompt_ids = prompt_ids.repeat_interleave(num_samples, 0)
@@ -329,17 +338,22 @@ class LLMPolicy(nn.Module):
             steps = t + 1
             if t + 1 == max_new_tokens or bool(done.all()):
                 break
-            out = model(
-                # Stopped rows feed EOS (their outputs are ignored); feeding the pad id without
-                # a mask makes transformers warn about unmasked padding.
-                input_ids=tok.masked_fill(done, self.eos_id)[:, None],
-                attention_mask=attn[:, : p_len + t + 1] if padded else None,
-                position_ids=next_pos,
-                **{self._cache_kw: cache},
-                **kw,
-            )
-            cache = _out_cache(out)
-            logits = out.logits[:, -1]
+            # Stopped rows feed EOS (their outputs are ignored); feeding the pad id without a
+            # mask makes transformers warn about unmasked padding.
+            step_ids = tok.masked_fill(done, self.eos_id)[:, None]
+            step_mask = attn[:, : p_len + t + 1] if padded else None
+            if fast is not None:
+                logits, cache = fast(step_ids, next_pos, step_mask, cache, logits_to_keep=1)
+            else:
+                out = model(
+                    input_ids=step_ids,
+                    attention_mask=step_mask,
+                    position_ids=next_pos,
+                    **{self._cache_kw: cache},
+                    **kw,
+                )
+                cache, logits = _out_cache(out), out.logits
+            logits = logits[:, -1]
             next_pos = next_pos + 1
         tokens = tokens[:, :steps]
         logps = logps[:, :steps]
@@ -378,16 +392,19 @@ class LLMPolicy(nn.Module):
         t_len = completion_mask.shape[1]
         pos = positions_from_mask(attention_mask)
         padded = bool((attention_mask == 0).any())
-        out = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask if padded else None,
-            position_ids=pos,
-            use_cache=False,
-            logits_to_keep=t_len + 1,
-        )
+        if self.fast is not None and model is self.model:
+            logits, _ = self.fast(input_ids, pos, attention_mask if padded else None, None, logits_to_keep=t_len + 1)
+        else:
+            logits = model(
+                input_ids=input_ids,
+                attention_mask=attention_mask if padded else None,
+                position_ids=pos,
+                use_cache=False,
+                logits_to_keep=t_len + 1,
+            ).logits
         # Logits at position j predict token j+1: the T completion tokens are predicted by the
         # T positions before them (last prompt token .. second-to-last completion token).
-        logits = out.logits[:, :-1].float()
+        logits = logits[:, :-1].float()
         if temperature != 1.0:
             logits = logits / temperature
         logits = logits.masked_fill(self.never_ids, NEG_LOGIT)
@@ -409,6 +426,113 @@ class LLMPolicy(nn.Module):
         return self.completion_logprobs(
             input_ids, attention_mask, completion_mask, temperature=temperature, with_entropy=True
         )
+
+
+class FastGPT2:
+    """A lean forward pass for ``GPT2LMHeadModel`` over the model's own parameters.
+
+    Why: for the tiny models trained from scratch on CPU, a step is dominated by per-call
+    Python overhead of the generic transformers stack (mask builders, cache objects, output
+    dataclasses, decorators), not by arithmetic. This is the same computation (LayerNorm,
+    fused QKV, SDPA, GELU MLP, tied head) in ~15 ops per block with a plain list KV cache.
+    It reads the HF modules at call time, so training, ``load_state_dict`` and deep copies all
+    act on the one set of weights; tests check its logits against the HF forward. Used only
+    when :meth:`supports` says the config has nothing it does not implement (no dropout, no
+    attention-scaling variants, no cross-attention); everything else takes the HF path.
+    """
+
+    _ACTS = {
+        "gelu": lambda x: F.gelu(x),
+        "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+        "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+        "relu": F.relu,
+        "silu": F.silu,
+        "swish": F.silu,
+    }
+
+    def __init__(self, model: nn.Module) -> None:
+        cfg = model.config
+        self.model = model
+        self.n_head = int(cfg.n_head)
+        self.eps = float(cfg.layer_norm_epsilon)
+        self.act = self._ACTS[cfg.activation_function]
+
+    @classmethod
+    def supports(cls, model: nn.Module) -> bool:
+        try:
+            from transformers import GPT2LMHeadModel
+        except ImportError:  # pragma: no cover
+            return False
+        if type(model) is not GPT2LMHeadModel:
+            return False
+        c = model.config
+        return (
+            c.activation_function in cls._ACTS
+            and bool(c.scale_attn_weights)
+            and not c.scale_attn_by_inverse_layer_idx
+            and not c.reorder_and_upcast_attn
+            and not getattr(c, "add_cross_attention", False)
+            and float(c.resid_pdrop) == 0.0
+            and float(c.embd_pdrop) == 0.0
+            and float(c.attn_pdrop) == 0.0
+        )
+
+    def __call__(
+        self,
+        input_ids: Tensor,
+        position_ids: Tensor,
+        key_valid: Tensor | None,
+        cache: list[tuple[Tensor, Tensor]] | None = None,
+        logits_to_keep: int = 0,
+    ) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """Logits of the last ``logits_to_keep`` positions (0 = all) and the updated KV cache.
+
+        ``key_valid[B, S]`` marks attendable keys over cache + new tokens (None = all valid).
+        """
+        tr = self.model.transformer
+        b, n = input_ids.shape
+        x = tr.wte(input_ids) + tr.wpe(position_ids)
+        past = 0 if not cache else cache[0][0].shape[2]
+        s = past + n
+        mask = None
+        if key_valid is not None or (past and n > 1):
+            allowed = torch.ones((n, s), dtype=torch.bool, device=x.device).tril(past)
+            if key_valid is not None:
+                allowed = allowed[None] & key_valid[:, None, :].bool()
+                # A query with no attendable key (a padding position) would give NaN, which then
+                # leaks through 0 * NaN into real rows; let it attend to itself instead.
+                own = torch.zeros((n, s), dtype=torch.bool, device=x.device)
+                ar = torch.arange(n, device=x.device)
+                own[ar, ar + past] = True
+                allowed = allowed | own[None]
+                allowed = allowed[:, None]
+            mask = allowed
+        causal = mask is None and past == 0 and n > 1
+        d = x.shape[-1]
+        hd = d // self.n_head
+        new_cache: list[tuple[Tensor, Tensor]] = []
+        for i, blk in enumerate(tr.h):
+            h = F.layer_norm(x, (d,), blk.ln_1.weight, blk.ln_1.bias, self.eps)
+            qkv = torch.addmm(blk.attn.c_attn.bias, h.reshape(-1, d), blk.attn.c_attn.weight)
+            q, k, v = qkv.view(b, n, 3, self.n_head, hd).permute(2, 0, 3, 1, 4).unbind(0)
+            if cache:
+                k = torch.cat([cache[i][0], k], 2)
+                v = torch.cat([cache[i][1], v], 2)
+            new_cache.append((k, v))
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+            o = o.transpose(1, 2).reshape(-1, d)
+            x = x + torch.addmm(blk.attn.c_proj.bias, o, blk.attn.c_proj.weight).view(b, n, d)
+            h = F.layer_norm(x, (d,), blk.ln_2.weight, blk.ln_2.bias, self.eps).reshape(-1, d)
+            h = self.act(torch.addmm(blk.mlp.c_fc.bias, h, blk.mlp.c_fc.weight))
+            x = x + torch.addmm(blk.mlp.c_proj.bias, h, blk.mlp.c_proj.weight).view(b, n, d)
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:]
+        x = F.layer_norm(x, (d,), tr.ln_f.weight, tr.ln_f.bias, self.eps)
+        return F.linear(x, self.model.lm_head.weight), new_cache
+
+    @staticmethod
+    def repeat_cache(cache: list[tuple[Tensor, Tensor]], n: int) -> list[tuple[Tensor, Tensor]]:
+        return [(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in cache]
 
 
 class AdapterDisabledReference(nn.Module):
