@@ -110,12 +110,14 @@ def build_tiny_lm(cfg: TinyLMConfig, *, seed: int = 0) -> tuple[Any, Any]:
                 n_inner=cfg.intermediate_size,
                 # One fused op instead of GPT-2's tanh-approximation chain (mul/pow/add/tanh):
                 # for a tiny model the elementwise op count, not FLOPs, sets the step time.
-                activation_function="gelu",
-                resid_pdrop=0.0,
-                embd_pdrop=0.0,
-                attn_pdrop=0.0,
-                **common,
-                **cfg.extra,
+                **{
+                    "activation_function": "gelu",
+                    "resid_pdrop": 0.0,
+                    "embd_pdrop": 0.0,
+                    "attn_pdrop": 0.0,
+                    **common,
+                    **cfg.extra,
+                },
             )
             model = GPT2LMHeadModel(config)
         elif cfg.arch == "qwen2":
@@ -126,8 +128,7 @@ def build_tiny_lm(cfg: TinyLMConfig, *, seed: int = 0) -> tuple[Any, Any]:
                 num_attention_heads=cfg.num_heads,
                 num_key_value_heads=cfg.num_heads,
                 max_position_embeddings=cfg.max_positions,
-                **common,
-                **cfg.extra,
+                **{**common, **cfg.extra},
             )
             model = Qwen2ForCausalLM(config)
         else:

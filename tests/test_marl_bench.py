@@ -1,0 +1,38 @@
+"""The marl benchmark scripts run end to end on tiny settings and write their tables."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_references_table(tmp_path: Path, monkeypatch) -> None:
+    bench = _load("marl")
+    out = tmp_path / "refs.md"
+    monkeypatch.setattr(sys, "argv", ["marl.py", "--tasks", "simple_spread", "--references-only",
+                                      "--ref-episodes", "20", "--out", str(out)])
+    bench.main()
+    text = out.read_text()
+    assert "scripted greedy assignment (20 ep)" in text and "random (20 ep)" in text
+    assert out.with_suffix(".json").exists()
+
+
+def test_speed_table(tmp_path: Path, monkeypatch) -> None:
+    speed = _load("marl_speed")
+    monkeypatch.setattr(speed, "mpe2_reference", lambda env, seconds: 1.0)
+    out = tmp_path / "speed.md"
+    monkeypatch.setattr(sys, "argv", ["marl_speed.py", "--envs", "16", "--workers", "0", "2",
+                                      "--episodes", "1", "--out", str(out)])
+    speed.main()
+    text = out.read_text()
+    assert "2 workers, random actions" in text and "GRPO collector x16, 0 workers" in text
