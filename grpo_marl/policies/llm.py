@@ -158,6 +158,7 @@ class LLMPolicy(nn.Module):
                 model.enable_input_require_grads()
         self.model = model
         self._cache_kw = _cache_kwarg(model)
+        self._decode_cache: dict[tuple[int, ...], str] = {}
         self.fast = FastGPT2(model) if (fast_path and not gradient_checkpointing and FastGPT2.supports(model)) else None
         # Tokens a completion must never contain: padding, <unk>, and ids past the tokenizer
         # (padded embedding rows of real checkpoints). Sampling and scoring both mask them, so the
@@ -234,10 +235,23 @@ class LLMPolicy(nn.Module):
         return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
 
     def decode(self, completion_ids: Tensor, completion_mask: Tensor) -> list[str]:
-        """Completion texts (EOS and padding dropped) for ``[B, T]`` ids and their mask."""
-        ids = completion_ids.masked_fill(completion_ids == self.eos_id, self.pad_id)
-        ids = ids.masked_fill(completion_mask == 0, self.pad_id).tolist()
-        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        """Completion texts (EOS and padding dropped) for ``[B, T]`` ids and their mask.
+
+        Memoized per distinct token sequence: group members and successive updates repeat
+        completions a lot (all of them, once a policy converges), and the tokenizer's Python
+        decode is otherwise a visible share of a tiny model's update.
+        """
+        lengths = (completion_mask.sum(1) - (completion_ids == self.eos_id).any(1).long()).tolist()
+        rows = completion_ids.tolist()
+        keys = [tuple(r[:n]) for r, n in zip(rows, lengths)]
+        cache = self._decode_cache
+        missing = list({k for k in keys if k not in cache})
+        if missing:
+            if len(cache) + len(missing) > 200_000:
+                cache.clear()
+            texts = self.tokenizer.batch_decode([list(k) for k in missing], skip_special_tokens=True)
+            cache.update(zip(missing, texts))
+        return [cache[k] for k in keys]
 
     # ------------------------------------------------------------------ sampling
 
@@ -266,13 +280,18 @@ class LLMPolicy(nn.Module):
             raise ValueError("temperature must be > 0 for sampling (use greedy=True for argmax)")
         model = self.model
         was_training = model.training
-        model.eval()
+        # Sampling must not use dropout; the fast path has none, and toggling train/eval on a
+        # transformers model walks every submodule (milliseconds per update for tiny models).
+        toggle = was_training and self.fast is None
+        if toggle:
+            model.eval()
         try:
             return self._generate(
                 model, prompt_ids, prompt_mask, max_new_tokens, temperature, top_p, greedy, num_samples, generator
             )
         finally:
-            model.train(was_training)
+            if toggle:
+                model.train(was_training)
 
     def _generate(
         self,

@@ -96,6 +96,10 @@ class TextTask:
         self.temperature = float(t.temperature)
         self.top_p = float(t.top_p)
         self.mask_truncated = bool(t.mask_truncated)
+        # Read once: OmegaConf attribute access costs microseconds each, per update.
+        self.log_every = int(t.log_completions_every)
+        self.log_n = int(t.log_completions)
+        self.tensorboard = bool(cfg.log.tensorboard)
         self.num_groups = int(cfg.algo.num_groups)
         self.group_size = int(cfg.algo.group_size)
         self.policy = build_policy(cfg, self.text_task.alphabet, device)
@@ -261,8 +265,7 @@ class TextTask:
     def _log_completions(
         self, prompts: list[str], texts: list[str], answers: list[str], total: np.ndarray, acc: np.ndarray
     ) -> None:
-        t = self.cfg.text
-        every, n = int(t.log_completions_every), int(t.log_completions)
+        every, n = self.log_every, self.log_n
         if self.run_dir is None or every <= 0 or n <= 0 or (self.updates - 1) % every:
             return
         # One completion from each of the first n groups: different prompts, not n copies of one.
@@ -283,7 +286,7 @@ class TextTask:
         with open(self.run_dir / "completions.jsonl", "a") as f:  # appended, never overwritten
             for r in records:
                 f.write(json.dumps(r) + "\n")
-        if bool(self.cfg.log.tensorboard):
+        if self.tensorboard:
             if self._writer is None:
                 from torch.utils.tensorboard import SummaryWriter
 
