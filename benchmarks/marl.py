@@ -79,6 +79,28 @@ def train(task: str, algo: str, seed: int, run_root: Path, extra: list[str]) -> 
     return json.loads((run_dir / "summary.json").read_text())
 
 
+def curves(run_dirs: list[Path]) -> str:
+    """Periodic greedy evals of finished or running runs side by side, by env steps: the
+    equal-env-steps comparison (eval.every_steps must match across the runs)."""
+    table: dict[int, dict[str, str]] = {}
+    names = []
+    for run in run_dirs:
+        name = run.name
+        names.append(name)
+        for line in (run / "metrics.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            if "eval/return_mean" in rec:
+                step = int(rec["step"])
+                bucket = round(step / 50_000) * 50_000  # runs log at slightly different steps
+                wall = rec.get("time/wall_s")
+                cell = f"{rec['eval/return_mean']:.2f}" + (f" ({wall / 60:.0f} min)" if wall else "")
+                table.setdefault(bucket, {})[name] = cell
+    lines = ["| env steps | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
+    for step in sorted(table):
+        lines.append(f"| {step:,} | " + " | ".join(table[step].get(n, "") for n in names) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _fmt(values: list[float]) -> str:
     if not values:
         return "n/a"
@@ -94,11 +116,20 @@ def main() -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     p.add_argument("--ref-episodes", type=int, default=1000)
     p.add_argument("--references-only", action="store_true")
+    p.add_argument("--curves", nargs="+", type=Path, default=None,
+                   help="only print the periodic-eval table of these run directories")
     p.add_argument("--parallel", type=int, default=1, help="training runs at once")
     p.add_argument("--runs", type=Path, default=ROOT / "runs" / "bench_marl")
     p.add_argument("--out", type=Path, default=None, help="markdown table path (a .json lands beside it)")
     p.add_argument("overrides", nargs="*", help="extra CLI overrides for every training run (key=value)")
     args = p.parse_args()
+    if args.curves:
+        text = curves(args.curves)
+        print(text)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text)
+        return
 
     results: dict[str, Any] = {"references": {}, "runs": {}}
     lines = ["# marl benchmark: mean per-agent episode return (final greedy eval)", ""]

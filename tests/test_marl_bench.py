@@ -36,3 +36,16 @@ def test_speed_table(tmp_path: Path, monkeypatch) -> None:
     speed.main()
     text = out.read_text()
     assert "2 workers, random actions" in text and "GRPO collector x16, 0 workers" in text
+
+
+def test_curves_align_runs_by_env_steps(tmp_path: Path) -> None:
+    import json
+
+    bench = _load("marl")
+    for name, recs in (("grpo", [(100_000, -17.0, 120.0)]), ("mappo", [(102_400, -19.5, 300.0)])):
+        run = tmp_path / name
+        run.mkdir()
+        lines = [json.dumps({"step": s, "eval/return_mean": r, "time/wall_s": w}) for s, r, w in recs]
+        (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    text = bench.curves([tmp_path / "grpo", tmp_path / "mappo"])
+    assert "| 100,000 | -17.00 (2 min) | -19.50 (5 min) |" in text

@@ -18,6 +18,7 @@ FAST = [
     "model.intermediate_size=64",
     "log.tensorboard=false",
     "text.log_completions_every=1",
+    "threads=1",
 ]
 
 
@@ -107,6 +108,7 @@ def test_learns_three_prompt_task(train: Callable[..., dict], tmp_path: Path, se
         "model.intermediate_size=64",
         "log.tensorboard=false",
         "checkpoint.every=0",
+        "threads=1",
     )
     assert s["eval/accuracy"] == 1.0, s
     assert s["steps_to_threshold"] is not None
