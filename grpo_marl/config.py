@@ -30,7 +30,7 @@ if not OmegaConf.has_resolver("safe"):
     OmegaConf.register_new_resolver("safe", _safe)
 
 # Config groups whose *selection* (algo=ppo) must not be re-applied as a value override.
-CONFIG_GROUPS = ("algo",)
+CONFIG_GROUPS = ("algo", "model", "text")
 
 
 def user_override_keys(overrides: list[str]) -> list[str]:
@@ -56,8 +56,62 @@ def env_defaults(spec: EnvSpec, algo: str) -> dict[str, Any]:
     return OmegaConf.to_container(merged)  # type: ignore[return-value]
 
 
+_CONF_DIR = __import__("pathlib").Path(__file__).parent / "conf"
+# Sections whose keys are free-form (passed through to a factory or a mapping).
+FREE_FORM = ("env_kwargs", "marl.groups")
+
+
+def group_choices(overrides: list[str]) -> dict[str, str]:
+    """Which option of each config group the command line selected (``default`` otherwise)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    choices = {"algo": "grpo", "model": "default", "text": "default"}
+    for ov in OverridesParser.create().parse_overrides(overrides=list(overrides)):
+        if ov.key_or_group in CONFIG_GROUPS and not ov.is_delete():
+            choices[ov.key_or_group] = str(ov.value())
+    return choices
+
+
+def reference_config(choices: dict[str, str]) -> DictConfig:
+    """The config files' own keys: what a key on the command line may name."""
+    ref = OmegaConf.load(_CONF_DIR / "config.yaml")
+    for key in ("defaults", "hydra"):
+        ref.pop(key, None)
+    for group, option in choices.items():
+        path = _CONF_DIR / group / f"{option}.yaml"
+        if path.exists():
+            ref[group] = OmegaConf.load(path)
+    return ref
+
+
+def unknown_keys(cfg: DictConfig, ref: DictConfig, prefix: str = "") -> list[str]:
+    """Dotted keys of ``cfg`` that no config file defines (e.g. added with ``+algo.grup_size=``)."""
+    import difflib
+
+    problems = []
+    for key in cfg.keys():
+        full = f"{prefix}{key}"
+        if full in FREE_FORM or key == "env_kind":
+            continue
+        if key not in ref:
+            close = difflib.get_close_matches(str(key), [str(k) for k in ref.keys()], n=1)
+            hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+            problems.append(f"unknown key {full}{hint}")
+            continue
+        sub, ref_sub = cfg._get_node(key), ref._get_node(key)
+        if isinstance(sub, DictConfig) and isinstance(ref_sub, DictConfig) and len(ref_sub):
+            problems.extend(unknown_keys(sub, ref_sub, prefix=f"{full}."))
+    return problems
+
+
 def resolve_config(cfg: DictConfig, overrides: list[str] | None = None) -> DictConfig:
     """Merge env defaults under the command-line overrides and fill derived sizes."""
+    bad = unknown_keys(cfg, reference_config(group_choices(overrides or [])))
+    if bad:
+        raise ConfigError(
+            "invalid configuration:\n  - " + "\n  - ".join(bad)
+            + "\n(keys must exist in grpo_marl/conf; free-form sections: " + ", ".join(FREE_FORM) + ")"
+        )
     spec = get_spec(str(cfg.env))
     out = cfg.copy()
     OmegaConf.set_struct(out, True)

@@ -183,3 +183,11 @@ def test_cli_invalid_value_fails_before_training(run_cli, tmp_path: Path) -> Non
     assert "algo.group_size=1" in proc.stderr and "algo.lr=0" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (run_dir / "metrics.jsonl").exists() and not (run_dir / "checkpoints").exists()
+
+
+def test_added_unknown_key_is_rejected_with_a_suggestion(run_cli):
+    """Hydra's own hint for a typo is `+key=...`; following it must not silently add a dead key."""
+    proc = run_cli("env=cartpole", "+algo.grup_size=3", "total_steps=100", check=False)
+    assert proc.returncode == 2
+    assert "unknown key algo.grup_size" in proc.stderr
+    assert "did you mean algo.group_size" in proc.stderr

@@ -10,8 +10,6 @@ heterogeneous agents (speaker/listener) never see each other's padding.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -225,7 +223,3 @@ class MultiAgentCritic(nn.Module):
             out = out.index_put((rows,), self.nets[key](x).squeeze(-1))
         return out
 
-
-def describe_params(module: nn.Module) -> dict[str, Any]:
-    """Parameter counts per top-level child (for logs and the benchmark table)."""
-    return {name: sum(p.numel() for p in child.parameters()) for name, child in module.named_children()}
