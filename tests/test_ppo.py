@@ -138,7 +138,7 @@ def test_ppo_loss_registered_and_terms() -> None:
     assert float(out["loss_policy"].detach()) == pytest.approx(-0.1)
     assert float(out["loss_value"]) == pytest.approx(0.5 * 0.5)  # vf_coef * mean([1, 0])
     assert float(out["loss_entropy"]) == pytest.approx(-0.007)
-    assert float(out["loss"]) == pytest.approx(-0.1 + 0.25 - 0.007)
+    assert float(out["loss"].detach()) == pytest.approx(-0.1 + 0.25 - 0.007)
     assert float(out["clip_fraction"]) == pytest.approx(0.5)
     # A schedule may pass a different clip range per update.
     out = loss(logp, old, adv, values, old_values, returns, clip_eps=0.5)
