@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -151,9 +152,14 @@ def _fmt_range(mr: dict[str, Any], digits: int = 0) -> str:
     return f"{_fmt_num(mr['median'], digits)} [{_fmt_num(mr['min'], digits)}-{hi}] ({reached})"
 
 
-def _ratio_sentence(target: str, ref: str, kind: str, ratio: float | None, label: str) -> str:
+def _ratio_sentence(target: str, ref: str, kind: str, ratio: float | None, label: str,
+                    target_reached: bool = True, ref_reached: bool = True) -> str:
     if ratio is None:
-        return f"{target} vs {ref} {kind}: not comparable (one of them did not reach the threshold in the median)"
+        if not target_reached and ref_reached:
+            return f"**{target} did not reach the threshold on {label}** (median over seeds); {ref} did"
+        if target_reached and not ref_reached:
+            return f"{target} reached the threshold on {label}; {ref} did not (median over seeds)"
+        return f"neither {target} nor {ref} reached the threshold on {label} (median over seeds)"
     if kind == "env steps":
         if ratio > 1.0:
             return f"**{target} needs {ratio:.2f}x the env steps of {ref}** on {label} (more samples)"
@@ -195,9 +201,15 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
     lines += ["| env | vs | env-steps ratio | wall-clock ratio |", "|---|---|---|---|"]
     sentences = []
     for entry in suite.envs:
+        target_row = agg["rows"].get(f"{entry.env}/{suite.target}")
         for ref, rr in agg["ratios"].get(entry.env, {}).items():
             fmt = lambda x: "n/a" if x is None else f"{x:.2f}x"  # noqa: E731
             lines.append(f"| {entry.label} | {ref} | {fmt(rr['steps'])} | {fmt(rr['wall'])} |")
+            reached = (target_row["steps_to_threshold"]["median"] is not None,
+                       agg["rows"][f"{entry.env}/{ref}"]["steps_to_threshold"]["median"] is not None)
+            if rr["steps"] is None:
+                sentences.append(_ratio_sentence(suite.target, ref, "env steps", None, entry.label, *reached))
+                continue
             sentences.append(_ratio_sentence(suite.target, ref, "env steps", rr["steps"], entry.label))
             sentences.append(_ratio_sentence(suite.target, ref, "wall-clock", rr["wall"], entry.label))
     if sentences:
@@ -236,12 +248,9 @@ def plot_curves(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]], 
                     yi = np.interp(grid, xs, y, left=np.nan, right=y[-1])
                     ys.append(yi)
                 ys = np.array(ys)
-                with np.errstate(all="ignore"):
-                    import warnings
-
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore", RuntimeWarning)
-                        med, lo, hi = np.nanmedian(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
+                with warnings.catch_warnings():  # all-NaN columns before a seed's first eval
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    med, lo, hi = np.nanmedian(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
                 line = ax.plot(grid, med, label=f"{algo} (n={len(curves)})")[0]
                 ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2)
         thr = agg["rows"].get(f"{entry.env}/{suite.algos[0]}", {}).get("threshold")

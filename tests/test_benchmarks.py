@@ -90,6 +90,7 @@ def test_report_medians_ratios_and_plain_statements(tmp_path: Path) -> None:
     md = table_markdown(suite, agg, meta, ["curves_cartpole.png"])
     assert "**grpo needs 2.00x the env steps of ppo** on CartPole-v1 (more samples)" in md
     assert "wall-clock to threshold is 0.38x ppo's on CartPole-v1 (faster)" in md
+    assert "grpo reached the threshold on CartPole-v1; sb3_ppo did not (median over seeds)" in md
     assert "not reached (0/1)" in md and "4,000 [2,000-not reached] (2/3)" in md
     assert "ppo (1 cut by budget)" in md
     payload = write_report(suite, tmp_path, runs, meta)

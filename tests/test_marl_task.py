@@ -144,12 +144,13 @@ def test_collector_state_roundtrip_reproduces_next_batch() -> None:
 
 
 def test_short_learning_run_on_simple_spread(train, tmp_path: Path) -> None:
-    """GRPO with seed groups must clearly beat the random policy (about -26) in ~60k steps."""
+    """GRPO with seed groups must clearly beat the random policy (-26.3 over 1,000 episodes; the
+    standard error of a 50-episode mean is about 1.1) in ~60k steps."""
     summary = train(
         tmp_path / "run", "env=simple_spread", "total_steps=60000", "algo.group_size=8", "algo.num_groups=8",
         "eval.episodes=50", "seed=3", "log.tensorboard=false", "marl.num_workers=0",
     )
-    assert summary["eval/return_mean"] > -20.0, summary
+    assert summary["eval/return_mean"] > -22.5, summary  # measured -19.7 (seed 3)
 
 
 def test_team_reward_makes_agent_groups_zero_variance() -> None:

@@ -112,3 +112,27 @@ def test_learns_three_prompt_task(train: Callable[..., dict], tmp_path: Path, se
     )
     assert s["eval/accuracy"] == 1.0, s
     assert s["steps_to_threshold"] is not None
+
+
+def test_task_batch_layout_and_truncation_mask(resolve: Callable[[list[str]], Any]) -> None:
+    """Fixed widths (so dynamic-sampling batches concatenate), reward on each completion's last
+    valid token, and text.mask_truncated drops completions without EOS from the loss mask."""
+    from grpo_marl.registry import get_spec
+    from grpo_marl.tasks.text import TextTask
+
+    cfg = resolve(["env=quadratic", "text.max_new_tokens=3", "text.mask_truncated=true", *FAST])
+    task = TextTask(cfg, get_spec("quadratic"), torch.device("cpu"))
+    batch = task.collect(task.policy)
+    b = cfg.algo.num_groups * cfg.algo.group_size
+    assert batch["input_ids"].shape == (b, task.prompt_width + 3)
+    assert batch["completion_mask"].shape == batch["mask"].shape == batch["rewards"].shape == (b, 3)
+    cm = batch["completion_mask"].bool()
+    ends_with_eos = (batch["input_ids"][:, -3:] == task.policy.eos_id).any(1)
+    # No quadratic answer fits in 3 tokens: truncated rows carry no loss mask and no reward.
+    assert torch.equal(batch["mask"].any(1), ends_with_eos)
+    assert (batch["rewards"][~ends_with_eos] == 0).all()
+    assert (batch["mask"] <= cm).all()
+    logp, ent = task.log_prob(task.policy, {k: batch[k] for k in TextTask.input_keys}, need_entropy=False)
+    torch.testing.assert_close(logp * cm, batch["logp"], atol=1e-5, rtol=1e-5)
+    assert ent is not None and not ent.requires_grad
+    task.close()

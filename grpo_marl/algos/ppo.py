@@ -211,6 +211,11 @@ def _validate_ppo(cfg: DictConfig) -> list[str]:
     if cfg.algo.name != "ppo":
         return []
     a = cfg.algo
+    kind = cfg.get("env_kind", "gymnasium")
+    if kind == "pettingzoo":
+        return []  # the multi-agent validator says to use algo=mappo or algo=ippo
+    if kind != "gymnasium":
+        return [f"algo=ppo supports single-agent Gymnasium envs only (env {cfg.env!r} is {kind})"]
     errors: list[str] = []
     for key in ("n_envs", "n_steps", "batch_size", "epochs", "minibatches"):
         _positive(errors, cfg, f"algo.{key}", integer=True)
@@ -228,10 +233,7 @@ def _validate_ppo(cfg: DictConfig) -> list[str]:
             errors.append(f"algo.{key}={value!r} must be in [0, 1]")
     _choice(errors, cfg, "algo.lr_schedule", ("constant", "linear", "cosine"))
     _choice(errors, cfg, "algo.clip_schedule", ("constant", "linear"))
-    kind = cfg.get("env_kind", "gymnasium")
-    if kind != "gymnasium":
-        errors.append(f"algo=ppo supports single-agent Gymnasium envs only (env {cfg.env!r} is {kind})")
-    elif cfg.vec.num_envs and a.n_envs and int(cfg.vec.num_envs) != int(a.n_envs):
+    if cfg.vec.num_envs and a.n_envs and int(cfg.vec.num_envs) != int(a.n_envs):
         errors.append(
             f"vec.num_envs={cfg.vec.num_envs} disagrees with algo.n_envs={a.n_envs}; set algo.n_envs "
             "only (vec.num_envs is derived from it for PPO)"
