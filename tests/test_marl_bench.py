@@ -49,3 +49,17 @@ def test_curves_align_runs_by_env_steps(tmp_path: Path) -> None:
         (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     text = bench.curves([tmp_path / "grpo", tmp_path / "mappo"])
     assert "| 100,000 | -17.00 (2 min) | -19.50 (5 min) |" in text
+
+
+def test_marl_suite_plugs_into_the_harness(tmp_path: Path) -> None:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.runners import RUNNERS, Job
+    from benchmarks.suites import get_suite
+
+    suite = get_suite("marl")
+    assert suite.algos == ["grpo", "mappo", "ippo"]
+    assert [e.env for e in suite.envs] == ["simple_spread", "simple_speaker_listener", "pursuit"]
+    entry = suite.env("simple_spread")
+    argv = RUNNERS["mappo"](Job(suite, entry, "mappo", 1, tmp_path / "run"))
+    assert "algo=mappo" in argv and "env=simple_spread" in argv and "total_steps=1500000" in argv

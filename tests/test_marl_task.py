@@ -36,6 +36,7 @@ def test_cli_smoke_simple_spread(run_cli, tmp_path: Path) -> None:
     ("env", "groups", "extra"),
     [
         ("simple_spread", {"agent"}, ["algo.group_mode=agent"]),
+        ("simple_spread", {"red", "blue"}, ["marl.groups={red:[agent_0],blue:['agent_[12]']}"]),
         ("simple_speaker_listener", {"speaker", "listener"}, ["algo.group_mode=state", "marl.agent_id=true"]),
         ("pursuit", {"pursuer"}, ["algo.group_mode=seed_agent", "+env_kwargs.max_cycles=20", "marl.share=agent"]),
         ("simple_speaker_listener", {"speaker", "listener"}, ["algo=mappo", "algo.n_envs=4"]),
