@@ -230,7 +230,10 @@ def _validate_grpo(cfg: DictConfig) -> list[str]:
     from grpo_marl.losses import AGGREGATIONS, LOSSES
 
     _choice(errors, cfg, "algo.aggregation", tuple(AGGREGATIONS))
-    _choice(errors, cfg, "algo.loss", tuple(LOSSES))
+    from grpo_marl.losses import GRPOLoss
+
+    # Only GRPO-family losses take GRPO's inputs (PPO's loss needs values and returns).
+    _choice(errors, cfg, "algo.loss", tuple(k for k, v in LOSSES.items() if issubclass(v, GRPOLoss)))
     kind = cfg.get("env_kind", "gymnasium")
     if kind == "gymnasium" and a.group_mode not in ("seed", "state"):
         errors.append(

@@ -28,6 +28,8 @@ def common(mode: str) -> list[str]:
     return [
         "env=cartpole", "seed=5", "eval.every_steps=1500", "eval.episodes=5", f"algo.group_mode={mode}",
         "algo.beta=0.01", "algo.ref_refresh=2", "policy.normalize_obs=true",
+        # The "extend total_steps" scenario needs an LR that does not depend on total_steps.
+        "algo.lr_schedule=constant",
     ]
 
 
