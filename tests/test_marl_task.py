@@ -178,3 +178,13 @@ def test_custom_aec_env_registered_from_python(registry_sandbox, train, tmp_path
     summary = train(tmp_path / "run", "env=my_spread_aec", "total_steps=40", "algo.group_size=2", "algo.num_groups=2", *COMMON)
     assert summary["agent_groups"] == {"agent": ["agent_0", "agent_1"]}
     assert summary["env_steps"] >= 40
+
+
+def test_auto_workers() -> None:
+    from grpo_marl.tasks.marl import resolve_workers
+
+    assert resolve_workers(-1, 128, cpus=2) == 0  # no spare core: in-process is faster
+    assert resolve_workers(-1, 128, cpus=16) == 15
+    assert resolve_workers(-1, 32, cpus=16) == 4
+    assert resolve_workers(-1, 8, cpus=16) == 0
+    assert resolve_workers(3, 2) == 2
