@@ -138,6 +138,31 @@ def int_closeness(
     return out
 
 
+@register_reward("int_digits")
+def int_digits(
+    prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str], **kwargs: object
+) -> list[float]:
+    """Per-digit partial credit: the completion's characters compared position-wise (from the
+    left, i.e. in generation order) with the answer's, ``matches / max(len(pred), len(answer))``.
+
+    Why: ``int_closeness`` alone has a trap for multi-digit answers. For ``7+6=`` -> ``13`` the
+    best *one*-token answer is ``9`` (closest single digit), while the first step towards ``13``,
+    emitting ``1``, scores far worse by closeness (``1`` is 12 away) unless the next token is also
+    right. A from-scratch policy then collapses onto ``9`` for every two-digit sum (accuracy stalls
+    at the 55 one-digit sums). Credit for the right leading digit makes ``1...`` better than ``9``
+    at the token where the choice is made.
+    """
+    out = []
+    for c, a in zip(completions, answers, strict=True):
+        c, a = c.strip(), a.strip()
+        if not c or not a:
+            out.append(0.0)
+            continue
+        hits = sum(x == y for x, y in zip(c, a))
+        out.append(hits / max(len(c), len(a)))
+    return out
+
+
 @register_reward("int_format")
 def int_format(
     prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str], **kwargs: object

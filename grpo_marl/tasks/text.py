@@ -115,6 +115,12 @@ class TextTask:
         self.rng = np.random.default_rng(int(cfg.seed))
         self._order = np.empty(0, dtype=np.int64)
         self._pos = 0
+        self.prompt_sampling = str(t.get("prompt_sampling", "uniform"))
+        if self.prompt_sampling not in ("uniform", "hard"):
+            raise ValueError(f"text.prompt_sampling={self.prompt_sampling!r}; use uniform or hard")
+        self.hard_floor = float(t.get("hard_floor", 0.1))
+        # Running per-prompt accuracy of the sampled completions (prompt_sampling=hard).
+        self._prompt_acc = np.zeros(len(self.train_set), dtype=np.float64)
         self.completions = 0
         self.updates = 0
         self.run_dir: Path | None = None
@@ -176,7 +182,12 @@ class TextTask:
     # -- sampling ------------------------------------------------------------------------------
     def _next_prompts(self, n: int) -> np.ndarray:
         """``n`` train-prompt indices, walking seeded shuffles of the split (every prompt once per
-        epoch), so small datasets are covered evenly."""
+        epoch), so small datasets are covered evenly; with ``text.prompt_sampling=hard``, drawn
+        without replacement with weights ``1 - acc + hard_floor`` (running per-prompt accuracy of
+        the sampled completions), so updates go to prompts the policy still gets wrong."""
+        if self.prompt_sampling == "hard" and n < len(self.train_set):
+            w = 1.0 - self._prompt_acc + self.hard_floor
+            return self.rng.choice(len(w), size=n, replace=False, p=w / w.sum()).astype(np.int64)
         out = []
         while len(out) < n:
             if self._pos >= len(self._order):
@@ -214,6 +225,9 @@ class TextTask:
         answers = [self.train_set.answers[i] for i in rows]
         total, per_fn, acc = self.text_task.score(prompts, texts, answers)
         t_score = time.perf_counter()
+        if self.prompt_sampling == "hard":
+            group_acc = acc.reshape(len(idx), self.group_size).mean(1)
+            self._prompt_acc[idx] = 0.5 * self._prompt_acc[idx] + 0.5 * group_acc
 
         b, t_len = gen.completion_mask.shape
         cm = gen.completion_mask
@@ -364,6 +378,7 @@ class TextTask:
             "generator": self.generator.get_state(),
             "rng": self.rng.bit_generator.state,
             "order": self._order.copy(),
+            "prompt_acc": self._prompt_acc.copy(),
             "pos": self._pos,
             "completions": self.completions,
             "updates": self.updates,
@@ -374,6 +389,8 @@ class TextTask:
         self.rng.bit_generator.state = state["rng"]
         self._order = np.asarray(state["order"], dtype=np.int64)
         self._pos = int(state["pos"])
+        if "prompt_acc" in state:
+            self._prompt_acc = np.asarray(state["prompt_acc"], dtype=np.float64)
         self.completions = int(state["completions"])
         self.updates = int(state["updates"])
 
