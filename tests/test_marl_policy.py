@@ -83,3 +83,64 @@ def test_value_norm_roundtrip() -> None:
     z = norm.normalize(x)
     assert abs(float(z.mean())) < 1e-3 and abs(float(z.std()) - 1.0) < 1e-2
     torch.testing.assert_close(norm.denormalize(z), x, atol=1e-3, rtol=1e-4)
+
+
+def _ppo_on_collected(algo: str, **over):
+    """A MarlPPO and one small collected batch of simple_spread (2 envs, 25-step episodes)."""
+    import functools
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from grpo_marl.marl.ppo import IPPO, MAPPO
+    from grpo_marl.marl.rollout import MarlEpisodeCollector
+    from grpo_marl.marl.vector import MarlVecEnv
+
+    fn = functools.partial(make_parallel_env, "simple_spread")
+    groups = AgentGroups.from_env(fn())
+    col = MarlEpisodeCollector(MarlVecEnv(fn, 2), groups, 2, 1, seed=3, with_state=algo == "mappo", bootstrap=True)
+    torch.manual_seed(0)
+    batch = col.collect(MultiAgentPolicy(groups))
+    cfg = OmegaConf.create({
+        "gamma": 0.9, "gae_lambda": 1.0, "clip_eps": 0.2, "clip_vf": None, "vf_coef": 1.0, "entropy_coef": 0.0,
+        "value_norm": False, "bootstrap_truncation": True, "critic_time": False, **over,
+    })
+    task = SimpleNamespace(
+        groups=groups, state_dim=54, input_keys=("obs", "actions", "agent"),
+        cfg=OmegaConf.create({"policy": {"hidden": [8], "activation": "tanh"}}),
+    )
+    return (MAPPO if algo == "mappo" else IPPO)(cfg, task, torch.device("cpu")), batch
+
+
+@pytest.mark.parametrize("algo", ["ippo", "mappo"])
+def test_time_limit_truncation_bootstraps(algo: str) -> None:
+    """mpe2's 25-step limit truncates: the last return is r_T + gamma * V(final obs/state)."""
+    ppo, batch = _ppo_on_collected(algo)
+    # the collector records the observation/state after every step and flags the truncated one
+    assert batch["truncated"][:, -1].all() and not batch["truncated"][:, :-1].any()
+    torch.testing.assert_close(batch["next_obs"][:, :-1], batch["obs"][:, 1:])
+    if algo == "mappo":
+        torch.testing.assert_close(batch["next_state"][:, :-1], batch["state"][:, 1:])
+    with torch.no_grad():
+        for p in ppo.critic.parameters():
+            p.zero_()
+        for net in ppo.critic.nets.values():
+            net[-1].bias.fill_(-3.0)  # V = -3 everywhere
+    data, _ = ppo.prepare(batch)
+    ret = data["returns"].reshape(6, 25)
+    rew = batch.rewards
+    torch.testing.assert_close(ret[:, -1], rew[:, -1] - 0.9 * 3.0)
+    torch.testing.assert_close(ret[:, -2], rew[:, -2] + 0.9 * ret[:, -1])
+    # treated as termination (bootstrap_truncation=false) the last return is the reward alone
+    ppo.bootstrap_truncation = False
+    data, _ = ppo.prepare(batch)
+    torch.testing.assert_close(data["returns"].reshape(6, 25)[:, -1], rew[:, -1])
+
+
+def test_critic_time_input() -> None:
+    ppo, batch = _ppo_on_collected("mappo", critic_time=True)
+    data, _ = ppo.prepare(batch)
+    torch.testing.assert_close(data["time"].reshape(6, 25)[0], torch.arange(25) / 25.0)
+    v = ppo._values(data)
+    data["time"] = data["time"] + 1.0
+    assert not torch.allclose(v, ppo._values(data))

@@ -66,6 +66,12 @@ def test_int_rewards() -> None:
     assert parse_roots("x=1,2") == [1, 2]
 
 
+def test_int_digits_partial_credit() -> None:
+    # Position-wise from the left: the right leading digit of "13" earns credit, "9" none.
+    comps = ["13", "1", "19", "9", "", "131"]
+    assert REWARDS["int_digits"]([""] * 6, comps, ["13"] * 6) == pytest.approx([1, 0.5, 0.5, 0, 0, 2 / 3])
+
+
 def test_reward_lookup_by_module_function(monkeypatch: pytest.MonkeyPatch) -> None:
     mod = types.ModuleType("my_text_rewards")
 
@@ -85,7 +91,8 @@ def test_task_score_weights_and_accuracy() -> None:
     task = arithmetic_task()
     total, per, acc = task.score(["1+2=", "1+2="], ["3", "4"], ["3", "3"])
     assert acc.tolist() == [1.0, 0.0]
-    assert total[0] == pytest.approx(1.5)
+    assert total[0] == pytest.approx(2.0)  # int_match 1 + 0.5 int_digits + 0.5 int_closeness
+    assert per["int_digits"][1] == 0.0
     assert total[1] == pytest.approx(0.5 * per["int_closeness"][1])
 
 

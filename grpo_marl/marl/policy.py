@@ -185,6 +185,7 @@ class MultiAgentCritic(nn.Module):
         centralized: bool = False,
         hidden: tuple[int, ...] = (64, 64),
         activation: str = "tanh",
+        time_input: bool = False,
     ) -> None:
         super().__init__()
         if centralized and state_dim <= 0:
@@ -193,6 +194,7 @@ class MultiAgentCritic(nn.Module):
         self.agents = list(groups.agents)
         self.keys = groups.param_keys()
         self.centralized = centralized
+        self.time_input = bool(time_input)
         self.nets = nn.ModuleDict()
         self._obs_dim: dict[str, int] = {}
         self._id_dim = len(self.agents)
@@ -200,14 +202,15 @@ class MultiAgentCritic(nn.Module):
             member = next(a for a in self.agents if groups.param_key(a) == key)
             obs_dim = groups.specs[groups.group_of[member]].obs_dim
             self._obs_dim[key] = obs_dim
-            in_dim = obs_dim + (state_dim + self._id_dim if centralized else 0)
+            in_dim = obs_dim + (state_dim + self._id_dim if centralized else 0) + int(time_input)
             self.nets[key] = mlp([in_dim, *hidden, 1], activation, out_gain=1.0)
         self.register_buffer(
             "agent_key", torch.tensor([self.keys.index(groups.param_key(a)) for a in self.agents]), persistent=False
         )
 
-    def forward(self, obs: Tensor, agent: Tensor, state: Tensor | None = None) -> Tensor:
-        """Values ``[M]`` of flat rows (``obs[M, D]``, ``agent[M]``, ``state[M, S]`` for MAPPO)."""
+    def forward(self, obs: Tensor, agent: Tensor, state: Tensor | None = None, time: Tensor | None = None) -> Tensor:
+        """Values ``[M]`` of flat rows (``obs[M, D]``, ``agent[M]``, ``state[M, S]`` for MAPPO,
+        ``time[M]`` = elapsed fraction of the episode when ``time_input``)."""
         out = obs.new_zeros(obs.shape[0])
         key_of_row = self.agent_key[agent]
         for k, key in enumerate(self.keys):
@@ -220,6 +223,10 @@ class MultiAgentCritic(nn.Module):
                     raise ValueError("the MAPPO critic needs the global state")
                 one_hot = nn.functional.one_hot(agent[rows], self._id_dim).to(x.dtype)
                 x = torch.cat([x, state[rows], one_hot], -1)
+            if self.time_input:
+                if time is None:
+                    raise ValueError("this critic takes the episode time (time_input=True)")
+                x = torch.cat([x, time[rows].to(x.dtype).unsqueeze(-1)], -1)
             out = out.index_put((rows,), self.nets[key](x).squeeze(-1))
         return out
 

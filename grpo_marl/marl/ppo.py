@@ -11,9 +11,10 @@ isolates the advantage estimator (group baseline vs learned critic):
 Details follow the MAPPO paper's MPE setup: on-policy batches of whole episodes from many envs,
 the PPO clipped loss (``grpo_marl.losses.ppo.PPOLoss``), advantages normalized per minibatch, and
 value normalization (the critic regresses returns standardized by running statistics, so that
-its gradient does not swamp the actor's under the shared gradient-norm clip). mpe2's time limit
-is part of the task (fixed 25-step episodes, no time in the observation), so the last step is
-treated as terminal, as MAPPO does on MPE.
+its gradient does not swamp the actor's under the shared gradient-norm clip). A trajectory cut by
+the env's time limit (mpe2's 25 steps: ``truncated``, not ``terminated``) or by the collection
+horizon bootstraps from the critic's value of its final observation/state
+(``r_T + gamma * V(s_{T+1})``); only terminations end the return with 0.
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ class MarlPPO:
             centralized=self.centralized,
             hidden=hidden,
             activation=str(task.cfg.policy.activation),
+            time_input=bool(cfg.get("critic_time", False)),
         ).to(device)
+        self.bootstrap_truncation = bool(cfg.get("bootstrap_truncation", True))
         self.value_norm = ValueNorm().to(device) if cfg.get("value_norm", True) else None
         self.loss_fn = make_loss(
             "ppo",
@@ -100,7 +103,7 @@ class MarlPPO:
 
     def _values(self, data: dict[str, Tensor]) -> Tensor:
         """Raw critic output (normalized units when value_norm is on) for flat rows."""
-        return self.critic(data["obs"], data["agent"], data.get("state"))
+        return self.critic(data["obs"], data["agent"], data.get("state"), data.get("time"))
 
     def collect(self) -> Batch:
         return self.task.collect(self.task.policy)
@@ -114,16 +117,34 @@ class MarlPPO:
         flat_all = {k: batch[k].reshape(n * t, *batch[k].shape[2:]) for k in ("obs", "agent")}
         if self.centralized:
             flat_all["state"] = batch["state"].reshape(n * t, -1)
+        # elapsed fraction of the episode (a critic input with critic_time: the value of a
+        # fixed-horizon episode depends on the steps left, which the observations do not show)
+        # (episodes start at step 0 in this collector; t = the longest collected episode)
+        horizon = float(t)
+        time = torch.arange(t, device=mask.device, dtype=torch.float32).expand(n, t) / horizon
+        flat_all["time"] = time.reshape(n * t)
         raw = self._values(flat_all).reshape(n, t)
         values = self.value_norm.denormalize(raw) if self.value_norm is not None else raw
         values = torch.where(mask, values, torch.zeros_like(values))
         nxt = torch.cat([mask[:, 1:], torch.zeros_like(mask[:, :1])], 1)
         dones = mask & ~nxt  # the last valid step of each agent trajectory ends it
         rewards = torch.where(mask, batch.rewards.float(), torch.zeros_like(values))
+        if self.bootstrap_truncation and "truncated" in batch.data:
+            # time-limit truncation is not termination: bootstrap from V(final obs / state)
+            trunc = batch["truncated"].bool() & mask
+            if trunc.any():
+                nx = {"obs": batch["next_obs"][trunc], "agent": batch["agent"][trunc], "time": (time + 1.0 / horizon)[trunc]}
+                if self.centralized:
+                    nx["state"] = batch["next_state"][trunc]
+                v_next = self._values(nx)
+                if self.value_norm is not None:
+                    v_next = self.value_norm.denormalize(v_next)
+                rewards = rewards.index_put(torch.nonzero(trunc, as_tuple=True), rewards[trunc] + gamma * v_next)
         adv, returns = gae(rewards.T, values.T, dones.T, torch.zeros(n, device=values.device), gamma=gamma, lam=lam)
         adv, returns = adv.T, returns.T
         keys = list(self.task.input_keys) + ["logp"] + (["state"] if self.centralized else [])
         data = {k: batch[k][mask] for k in keys}
+        data["time"] = time[mask]
         data["advantages"] = adv[mask].float()
         data["returns"] = returns[mask].float()
         data["old_values"] = raw[mask].float()

@@ -55,6 +55,11 @@ class Trajectories:
     env_steps: int
     seconds: float
     extras: dict[str, Any] = field(default_factory=dict)
+    # bootstrap=True only: per step, the observation/state after it and whether the agent's
+    # trajectory was truncated there (time limit or collection horizon, not a termination)
+    next_obs: np.ndarray | None = None
+    next_state: np.ndarray | None = None
+    truncated: np.ndarray | None = None
 
 
 class MarlEpisodeCollector:
@@ -77,6 +82,7 @@ class MarlEpisodeCollector:
         with_state: bool = False,
         branch_horizon: int = 0,
         state_reset_frac: float = 0.25,
+        bootstrap: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"algo.group_mode={mode!r} is not a multi-agent grouping; choose one of {MODES}")
@@ -94,6 +100,7 @@ class MarlEpisodeCollector:
         self.with_state = with_state
         self.branch_horizon = int(branch_horizon) if mode == "state" else 0
         self.state_reset_frac = float(state_reset_frac)
+        self.bootstrap = bool(bootstrap)
         self.archive: list[_Archived] = []
         self.prev_len = int(self.max_steps or 25)  # steps of the last collection (snapshot times)
         self.episode_counter = 0
@@ -151,7 +158,8 @@ class MarlEpisodeCollector:
                 snap_at[s * self.group_size] = int(self.rng.integers(1, hi))
         horizon = self.branch_horizon or self.max_steps or 10**9
         has_mask = any(spec.has_action_mask for spec in self.groups.specs.values())
-        rec: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "actions", "logp", "alive", "mask", "rewards", "state")}
+        keys = ("obs", "actions", "logp", "alive", "mask", "rewards", "state", "next_obs", "next_state", "trunc")
+        rec: dict[str, list[np.ndarray]] = {k: [] for k in keys}
         env_steps = 0
         t = 0
         while not step.env_done.all() and t < horizon:
@@ -181,6 +189,11 @@ class MarlEpisodeCollector:
             rec["rewards"].append(nxt.rewards)
             if step.state is not None:
                 rec["state"].append(step.state)
+            if self.bootstrap:
+                rec["next_obs"].append(nxt.obs)
+                rec["trunc"].append(step.alive & nxt.truncated & ~nxt.terminated)
+                if nxt.state is not None:
+                    rec["next_state"].append(nxt.state)
             env_steps += int((~step.env_done).sum())
             step = nxt
             t += 1
@@ -188,6 +201,15 @@ class MarlEpisodeCollector:
             raise RuntimeError("every env finished at reset; nothing to collect")
         self.prev_len = t
         self.total_env_steps += env_steps
+        boot: dict[str, Any] = {}
+        if self.bootstrap:
+            # agents still running when the collection horizon cut them off are truncated too
+            rec["trunc"][-1] = rec["trunc"][-1] | (rec["alive"][-1] & step.alive)
+            boot = {
+                "next_obs": np.stack(rec["next_obs"]),
+                "truncated": np.stack(rec["trunc"]),
+                "next_state": np.stack(rec["next_state"]) if rec["next_state"] else None,
+            }
         return Trajectories(
             obs=np.stack(rec["obs"]),
             actions=np.stack(rec["actions"]),
@@ -199,6 +221,7 @@ class MarlEpisodeCollector:
             env_steps=env_steps,
             seconds=time.perf_counter() - start,
             extras={"t0": t0, "truncated_by_horizon": not step.env_done.all()},
+            **boot,
         )
 
     def collect(self, policy: MultiAgentPolicy) -> Batch:
@@ -229,6 +252,12 @@ class MarlEpisodeCollector:
             # every agent of an env sees the same global state: [T, E, S] -> [E * A, T, S]
             st = np.broadcast_to(traj.state[:, :, None, :], (n_t, n_e, n_a, traj.state.shape[-1]))
             out["state"] = roll(np.ascontiguousarray(st))
+        if traj.truncated is not None:
+            out["truncated"] = roll(traj.truncated)
+            out["next_obs"] = roll(traj.next_obs)
+            if traj.next_state is not None:
+                st = np.broadcast_to(traj.next_state[:, :, None, :], (n_t, n_e, n_a, traj.next_state.shape[-1]))
+                out["next_state"] = roll(np.ascontiguousarray(st))
         return out
 
     def to_batch(self, traj: Trajectories) -> Batch:
@@ -240,6 +269,8 @@ class MarlEpisodeCollector:
         if pad.any():
             data["mask"][pad] = False
             data["rewards"][pad] = 0.0
+            if "truncated" in data:
+                data["truncated"][pad] = False
         data = {k: v.to(self.device) for k, v in data.items()}
         batch = Batch(data, group_size=int(self.member_ids.shape[1]), metrics=self.metrics(traj, rolls))
         return batch

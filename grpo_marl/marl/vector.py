@@ -136,7 +136,10 @@ class _EnvSlice:
         from grpo_marl.marl.groups import flatten_obs
 
         lay = self.layout
-        for agent in env.agents:
+        live = set(env.agents)
+        # agents that just finished still get their final observation written (``alive`` False),
+        # so that a truncated trajectory can bootstrap from it (IPPO/MAPPO)
+        for agent in obs:
             k = self.index[agent]
             o = obs[agent]
             d = lay.obs_dims[k]
@@ -145,6 +148,8 @@ class _EnvSlice:
                 out.obs[i, k, :d] = np.asarray(raw, dtype=np.float32).ravel()
             else:
                 flatten_obs(self.spaces[k], o, out.obs[i, k, :d])
+            if agent not in live:
+                continue
             out.alive[i, k] = True
             if lay.max_actions:
                 m = action_mask_of(o, infos.get(agent))
@@ -152,7 +157,7 @@ class _EnvSlice:
                     out.action_mask[i, k, : lay.n_actions[k]] = True
                 else:
                     out.action_mask[i, k, : lay.n_actions[k]] = m
-        if out.state is not None and env.agents:
+        if out.state is not None and (env.agents or obs):
             out.state[i] = np.asarray(env.state(), dtype=np.float32).ravel()
 
     # -- commands ----------------------------------------------------------------------------

@@ -108,6 +108,7 @@ def _ppo_episode_collector(task: "MARLTask", cfg: DictConfig) -> MarlEpisodeColl
         seed=int(cfg.seed),
         max_steps=cfg.vec.max_steps,
         with_state=str(a.name) == "mappo",
+        bootstrap=True,
     )
 
 

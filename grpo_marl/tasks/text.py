@@ -64,6 +64,7 @@ def build_policy(cfg: DictConfig, alphabet: str, device: torch.device) -> LLMPol
         intermediate_size=int(m.intermediate_size),
         max_positions=int(m.max_positions),
         alphabet=alphabet,
+        tie_embeddings=bool(m.get("tie_embeddings", True)),
     )
     model, tok = build_tiny_lm(tiny, seed=int(cfg.seed))
     model = model.to(device=device, dtype=resolve_dtype(str(m.dtype), device))
