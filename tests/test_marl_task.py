@@ -77,6 +77,11 @@ def test_tuned_defaults_per_algo(resolve) -> None:
     assert cfg.train.threshold == -9.0
     cfg = resolve(["env=pursuit", "algo=mappo"])
     assert cfg.algo.n_envs == 16
+    for algo in ("mappo", "ippo"):
+        cfg = resolve(["env=simple_spread", f"algo={algo}"])
+        assert cfg.algo.critic_time and not cfg.algo.bootstrap_truncation and cfg.algo.lr == 0.002
+    cfg = resolve(["env=pursuit", "algo=mappo"])  # generic default: time-aware critic, the limit ends the task
+    assert cfg.algo.critic_time and not cfg.algo.bootstrap_truncation
 
 
 def _collector(name: str, mode: str, n_groups: int = 2, g: int = 2, **kw) -> tuple[MarlEpisodeCollector, MultiAgentPolicy]:

@@ -69,7 +69,7 @@ def test_int_rewards() -> None:
 def test_int_digits_partial_credit() -> None:
     # Position-wise from the left: the right leading digit of "13" earns credit, "9" none.
     comps = ["13", "1", "19", "9", "", "131"]
-    assert REWARDS["int_digits"]([""] * 6, comps, ["13"] * 6) == pytest.approx([1, 0.5, 0.5, 0, 0, 2 / 3])
+    assert REWARDS["int_digits"]([""] * 6, comps, ["13"] * 6) == pytest.approx([1, 0.5, 0.5, 0, 0, 1])
 
 
 def test_reward_lookup_by_module_function(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -59,9 +59,22 @@ _TEXT_COMMON: dict[str, Any] = {"log": {"every": 10}, "checkpoint": {"every": 20
 _TINY: dict[str, Any] = {"threads": 1}
 # Large groups: a from-scratch policy must see the right answer inside a group before its
 # distribution over a prompt collapses onto a wrong one (then the group has zero variance).
+# DAPO dynamic sampling (zero_std=resample) and prompts weighted toward those still answered
+# wrong (text.prompt_sampling=hard): once a prompt's group is all-equal it carries no signal, so
+# updates are filled with groups that do. scale=none (Dr. GRPO, mean-only advantages): dividing by
+# the group std blows a nearly-collapsed group's tiny reward differences up to unit size, which
+# locked every two-digit sum onto "11" (accuracy stalled near 0.6); mean-only lets them fade.
 _ARITHMETIC = {
-    "common": {**_TEXT_COMMON, **_TINY, "total_steps": 2_000_000, "eval": {"every_steps": 20_480}},
-    "grpo": {"algo": {**_TEXT_GRPO, "group_size": 32, "num_groups": 16, "lr": 1e-3}},
+    "common": {
+        **_TEXT_COMMON,
+        **_TINY,
+        "total_steps": 2_000_000,
+        "eval": {"every_steps": 20_480},
+        "text": {"prompt_sampling": "hard"},
+    },
+    "grpo": {
+        "algo": {**_TEXT_GRPO, "group_size": 32, "num_groups": 16, "lr": 1e-3, "zero_std": "resample", "scale": "none"}
+    },
 }
 _QUADRATIC = {
     "common": {**_TEXT_COMMON, **_TINY, "total_steps": 2_000_000, "eval": {"every_steps": 51_200}},
@@ -75,7 +88,7 @@ register_env(
     kind="text",
     defaults=_ARITHMETIC,
     threshold=0.95,
-    description="a+b= -> c (digits=1: all 100 single-digit sums); reward int_match + 0.5 int_closeness; "
+    description="a+b= -> c (digits=1: all 100 single-digit sums); reward int_match + 0.5 int_digits + 0.5 int_closeness; "
     "threshold on eval/accuracy",
 )
 register_env(

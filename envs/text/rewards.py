@@ -143,7 +143,10 @@ def int_digits(
     prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str], **kwargs: object
 ) -> list[float]:
     """Per-digit partial credit: the completion's characters compared position-wise (from the
-    left, i.e. in generation order) with the answer's, ``matches / max(len(pred), len(answer))``.
+    left, i.e. in generation order) with the answer's, ``matches / len(answer)``. Extra trailing
+    characters cost nothing here (``int_match`` is what demands the exact answer and EOS): a
+    policy that has the right digits but not yet the stop must still beat a wrong answer that
+    stops (``15x`` > ``11`` for 15), or two-digit sums collapse onto whichever one stops first.
 
     Why: ``int_closeness`` alone has a trap for multi-digit answers. For ``7+6=`` -> ``13`` the
     best *one*-token answer is ``9`` (closest single digit), while the first step towards ``13``,
@@ -159,7 +162,7 @@ def int_digits(
             out.append(0.0)
             continue
         hits = sum(x == y for x, y in zip(c, a))
-        out.append(hits / max(len(c), len(a)))
+        out.append(hits / len(a))
     return out
 
 
