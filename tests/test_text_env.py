@@ -91,7 +91,7 @@ def test_task_score_weights_and_accuracy() -> None:
     task = arithmetic_task()
     total, per, acc = task.score(["1+2=", "1+2="], ["3", "4"], ["3", "3"])
     assert acc.tolist() == [1.0, 0.0]
-    assert total[0] == pytest.approx(2.0)  # int_match 1 + 0.5 int_digits + 0.5 int_closeness
+    assert total[0] == pytest.approx(2.5)  # int_match 1 + int_digits 1 + 0.5 int_closeness
     assert per["int_digits"][1] == 0.0
     assert total[1] == pytest.approx(0.5 * per["int_closeness"][1])
 
@@ -121,7 +121,7 @@ def test_env_same_seed_same_prompt_and_scoring() -> None:
     p2, info2 = env.reset(seed=7)
     assert p1 == p2 and info1["index"] == info2["index"]  # the 'seed' group mode
     obs, reward, term, trunc, info = env.step(info1["answer"])
-    assert term and not trunc and reward == pytest.approx(1.5) and info["accuracy"] == 1.0
+    assert term and not trunc and reward == pytest.approx(2.5) and info["accuracy"] == 1.0
     assert info1["answer"] in env.render()
     prompt, info = env.reset(options={"index": 3})
     assert prompt == env.data.prompts[3]

@@ -19,6 +19,7 @@ FAST = [
     "log.tensorboard=false",
     "text.log_completions_every=1",
     "threads=1",
+    "algo.zero_std=keep",  # fixed completions per update, so step counts below are exact (arithmetic resamples)
 ]
 
 

@@ -68,7 +68,8 @@ _ARITHMETIC = {
     "common": {
         **_TEXT_COMMON,
         **_TINY,
-        "total_steps": 2_000_000,
+        # Resampled collections count as steps: 2M completions was ~320 s here, cut one seed off at 0.69.
+        "total_steps": 3_500_000,
         "eval": {"every_steps": 20_480},
         "text": {"prompt_sampling": "hard"},
     },
@@ -88,7 +89,7 @@ register_env(
     kind="text",
     defaults=_ARITHMETIC,
     threshold=0.95,
-    description="a+b= -> c (digits=1: all 100 single-digit sums); reward int_match + 0.5 int_digits + 0.5 int_closeness; "
+    description="a+b= -> c (digits=1: all 100 single-digit sums); reward int_match + int_digits + 0.5 int_closeness; "
     "threshold on eval/accuracy",
 )
 register_env(

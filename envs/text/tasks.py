@@ -145,7 +145,7 @@ def arithmetic_task(
         eval=ev,
         # int_digits: credit for the right leading digit, so two-digit sums are not trapped at the
         # closest one-digit answer ("9"); see envs/text/rewards.py:int_digits.
-        rewards=rewards if rewards is not None else {"int_match": 1.0, "int_digits": 0.5, "int_closeness": 0.5},
+        rewards=rewards if rewards is not None else {"int_match": 1.0, "int_digits": 1.0, "int_closeness": 0.5},
         accuracy="int_match",
         # Only the characters the task uses: every extra token is one more way to be wrong
         # that a from-scratch policy must first learn to avoid.

@@ -89,7 +89,7 @@ class MarlPPO:
             activation=str(task.cfg.policy.activation),
             time_input=bool(cfg.get("critic_time", False)),
         ).to(device)
-        self.bootstrap_truncation = bool(cfg.get("bootstrap_truncation", True))
+        self.bootstrap_truncation = bool(cfg.get("bootstrap_truncation", False))
         self.value_norm = ValueNorm().to(device) if cfg.get("value_norm", True) else None
         self.loss_fn = make_loss(
             "ppo",
