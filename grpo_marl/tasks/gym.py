@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from grpo_marl.batch import Batch
+from grpo_marl.tasks.base import CollectorTask
 from grpo_marl.policies.mlp import MLPPolicy
 from grpo_marl.registry import EnvSpec
 from grpo_marl.rollout import EpisodeCollector, evaluate_policy
@@ -44,7 +45,7 @@ def _episode_collector(task: "GymTask", cfg: DictConfig) -> EpisodeCollector:
     )
 
 
-class GymTask:
+class GymTask(CollectorTask):
     """Everything env-specific the trainer needs for a single-agent Gymnasium env."""
 
     minibatch_by = "step"
@@ -106,14 +107,3 @@ class GymTask:
             "eval/return_max": float(returns.max()),
             "eval/episodes": float(episodes),
         }
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"collector": self.collector.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.collector.load_state_dict(state["collector"])
-
-    def close(self) -> None:
-        self.vec.close()
-        if self._eval_vec is not None:
-            self._eval_vec.close()

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
 from grpo_marl.batch import Batch
+from grpo_marl.tasks.base import CollectorTask
 from grpo_marl.marl.groups import AgentGroups
 from grpo_marl.marl.policy import MultiAgentPolicy
 from grpo_marl.marl.rollout import MarlEpisodeCollector, evaluate_marl_policy
@@ -112,7 +113,7 @@ def _ppo_episode_collector(task: "MARLTask", cfg: DictConfig) -> MarlEpisodeColl
     )
 
 
-class MARLTask:
+class MARLTask(CollectorTask):
     """Everything env-specific the trainer needs for a PettingZoo Parallel env."""
 
     minibatch_by = "step"
@@ -214,17 +215,6 @@ class MARLTask:
             "group_mode": str(self.cfg.algo.get("group_mode", "")),
             "env_workers": self.num_workers,
         }
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"collector": self.collector.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.collector.load_state_dict(state["collector"])
-
-    def close(self) -> None:
-        self.vec.close()
-        if self._eval_vec is not None:
-            self._eval_vec.close()
 
 
 def _state_dim(env: Any) -> int:
