@@ -227,6 +227,7 @@ def _validate_grpo(cfg: DictConfig) -> list[str]:
     _choice(errors, cfg, "algo.scale", ("group", "batch", "none"))
     _choice(errors, cfg, "algo.lr_schedule", ("constant", "linear", "cosine"))
     _choice(errors, cfg, "algo.zero_std", ("keep", "skip", "resample"))
+    _choice(errors, cfg, "algo.rollout", ("batch", "stream"))
     from grpo_marl.losses import AGGREGATIONS, LOSSES
 
     _choice(errors, cfg, "algo.aggregation", tuple(AGGREGATIONS))
@@ -241,6 +242,14 @@ def _validate_grpo(cfg: DictConfig) -> list[str]:
         )
     if a.group_mode == "state" and kind == "gymnasium" and cfg.vec.vectorization == "async":
         errors.append("algo.group_mode=state needs env snapshots: use vec.vectorization=sync or auto")
+    if a.get("rollout", "batch") == "stream":
+        if kind != "gymnasium" or a.group_mode != "seed":
+            errors.append(
+                f"algo.rollout=stream streams seed groups of single-agent envs (here group_mode={a.group_mode}, "
+                f"env kind {kind}); use algo.rollout=batch"
+            )
+        elif cfg.vec.vectorization == "async":
+            errors.append("algo.rollout=stream starts members from env snapshots: use vec.vectorization=sync or auto")
     return errors
 
 

@@ -54,6 +54,20 @@ class VecEnv:
             f"{type(self).__name__} cannot restore envs; use vectorization=sync (or native)"
         )
 
+    def reset_one(self, index: int, seed: int) -> np.ndarray:
+        """Reset env ``index`` alone with ``seed`` and return its first observation (same seed,
+        same state as :meth:`reset`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot reset one env alone")
+
+    def get_state(self) -> Any:
+        """Everything that determines every env's future (for exact resume of a collector whose
+        episodes carry over between updates)."""
+        return [self.snapshot(i) for i in range(self.num_envs)]
+
+    def set_state(self, state: Any) -> None:
+        for i, snap in enumerate(state):
+            self.restore([i], snap)
+
     def close(self) -> None:
         pass
 
@@ -107,6 +121,21 @@ class NativeCartPoleVecEnv(VecEnv):
         idx = np.asarray(indices)
         self.env.state[:, idx] = state[:, None]
         self.env.steps[idx] = steps
+
+    def reset_one(self, index: int, seed: int) -> np.ndarray:
+        env = self.env
+        env.state[:, index] = np.random.default_rng(int(seed)).uniform(low=env.low, high=env.high, size=4)
+        env.steps[index] = 0
+        return env.state[:, index].astype(np.float32)
+
+    def get_state(self) -> Any:
+        # The shared RNG draws the initial state of every automatic reset.
+        return (self.env.state.copy(), self.env.steps.copy(), self.env.np_random.bit_generator.state)
+
+    def set_state(self, state: Any) -> None:
+        self.env.state, steps, rng = state[0].copy(), state[1], state[2]
+        self.env.steps[:] = steps
+        self.env.np_random.bit_generator.state = rng
 
     def observations(self, indices: Sequence[int]) -> np.ndarray:
         return self.env.state[:, np.asarray(indices)].T.astype(np.float32)
@@ -225,6 +254,14 @@ class GymVecEnv(VecEnv):
             restore_env(self.env.envs[int(i)], snapshot)
             # SAME_STEP bookkeeping: a restored env is mid-episode, not awaiting a reset.
             self.env._autoreset_envs[int(i)] = False
+
+    def reset_one(self, index: int, seed: int) -> np.ndarray:
+        if self.asynchronous:
+            return super().reset_one(index, seed)
+        obs, _ = self.env.envs[int(index)].reset(seed=int(seed))
+        self.env._autoreset_envs[int(index)] = False
+        self._seeds[int(index)], self._autoresets[int(index)] = int(seed), 0
+        return obs
 
     def close(self) -> None:
         self.env.close()

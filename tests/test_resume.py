@@ -25,8 +25,10 @@ class SimulatedKill(BaseException):
 
 
 def common(mode: str) -> list[str]:
+    group_mode, rollout = ("seed", "stream") if mode == "stream" else (mode, "batch")
     return [
-        "env=cartpole", "seed=5", "eval.every_steps=1500", "eval.episodes=5", f"algo.group_mode={mode}",
+        "env=cartpole", "seed=5", "eval.every_steps=1500", "eval.episodes=5", f"algo.group_mode={group_mode}",
+        f"algo.rollout={rollout}",
         "algo.beta=0.01", "algo.ref_refresh=2", "policy.normalize_obs=true",
         # The "extend total_steps" scenario needs an LR that does not depend on total_steps.
         "algo.lr_schedule=constant",
@@ -69,7 +71,7 @@ def kill_after(monkeypatch: pytest.MonkeyPatch, n_logs: int) -> None:
     monkeypatch.setattr(RunLogger, "log", log)
 
 
-@pytest.mark.parametrize("mode", ["seed", "state"])
+@pytest.mark.parametrize("mode", ["seed", "state", "stream"])
 def test_killed_and_resumed_equals_uninterrupted(train, tmp_path: Path, monkeypatch, mode: str, read_metrics, load_checkpoint) -> None:
     full, killed, extended = tmp_path / "full", tmp_path / "killed", tmp_path / "extended"
     ref = train(full, *common(mode), f"total_steps={TOTAL}", "checkpoint.every=2")

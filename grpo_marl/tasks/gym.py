@@ -14,6 +14,7 @@ from grpo_marl.tasks.base import CollectorTask
 from grpo_marl.policies.mlp import MLPPolicy
 from grpo_marl.registry import EnvSpec
 from grpo_marl.rollout import EpisodeCollector, evaluate_policy
+from grpo_marl.rollout_stream import StreamingEpisodeCollector
 from grpo_marl.vector import VecEnv, make_vec_env
 
 # name -> factory(task, cfg) building a collector; PPO registers its step collector here.
@@ -29,8 +30,18 @@ def register_collector(name: str) -> Callable[[Callable[..., Any]], Callable[...
 
 
 @register_collector("episodes")
-def _episode_collector(task: "GymTask", cfg: DictConfig) -> EpisodeCollector:
+def _episode_collector(task: "GymTask", cfg: DictConfig) -> EpisodeCollector | StreamingEpisodeCollector:
     a = cfg.algo
+    if str(a.get("rollout", "batch")) == "stream":
+        return StreamingEpisodeCollector(
+            task.vec,
+            num_groups=int(a.num_groups),
+            group_size=int(a.group_size),
+            device=task.device,
+            seed=int(cfg.seed),
+            max_steps=cfg.vec.max_steps,
+            env_name=str(cfg.env),
+        )
     return EpisodeCollector(
         task.vec,
         num_groups=int(a.num_groups),

@@ -18,6 +18,8 @@ Env steps are completions (one-step episodes), so ``total_steps`` counts sampled
 from __future__ import annotations
 
 import json
+import resource
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,31 @@ from torch import Tensor
 from grpo_marl.batch import Batch
 from grpo_marl.policies.llm import LLMPolicy, LoraSpec
 from grpo_marl.registry import EnvSpec
+
+
+def throughput_summary(
+    step_times: list[float], completions: int, tokens: float, device: torch.device
+) -> dict[str, float | None]:
+    """Throughput of one training process, in the keys both our trainer and the TRL benchmark
+    runner (``benchmarks/trl_runner.py``) write to ``summary.json``.
+
+    ``step_times`` are seconds per update (sampling + scoring + optimizer step, evaluations
+    excluded); ``completions``/``tokens`` were sampled during them. Peak memory: the process's
+    resident set (``ru_maxrss``) and, on CUDA, the peak of allocated device memory.
+    """
+    train_s = float(sum(step_times))
+    gpu = None
+    if device.type == "cuda" and torch.cuda.is_available():
+        gpu = torch.cuda.max_memory_allocated(device) / 2**20
+    return {
+        "throughput/updates": float(len(step_times)),
+        "throughput/train_seconds": train_s,
+        "throughput/step_time_s": statistics.median(step_times) if step_times else None,
+        "throughput/completions_per_s": completions / train_s if train_s > 0 else None,
+        "throughput/tokens_per_s": tokens / train_s if train_s > 0 else None,
+        "throughput/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,  # KiB on Linux
+        "throughput/peak_gpu_mb": gpu,
+    }
 
 
 def build_policy(cfg: DictConfig, alphabet: str, device: torch.device) -> LLMPolicy:
@@ -127,6 +154,12 @@ class TextTask:
         self.run_dir: Path | None = None
         self._writer: Any = None
         self.threshold_metric = "eval/accuracy"
+        # Throughput of this process (summary.json): seconds per update from its first collect
+        # to the end of its optimizer step, and what those updates sampled.
+        self._t_update: float | None = None
+        self._step_times: list[float] = []
+        self._timed_completions = 0
+        self._timed_tokens = 0.0
 
     # -- optional supervised warm start --------------------------------------------------------
     def teacher_forced(self, rows: np.ndarray) -> tuple[Tensor, Tensor, Tensor]:
@@ -207,6 +240,8 @@ class TextTask:
 
     def collect(self, policy: LLMPolicy) -> Batch:
         t0 = time.perf_counter()
+        if self._t_update is None:  # first collection of this update (dynamic sampling adds more)
+            self._t_update = t0
         idx = self._next_prompts(self.num_groups)
         sel = torch.as_tensor(idx, device=self.device)
         ids, mask = self._trim_left(self._train_ids[sel], self._train_mask[sel])
@@ -259,6 +294,8 @@ class TextTask:
         }
         self.completions += b
         lengths = cm.sum(1).float()
+        self._timed_completions += b
+        self._timed_tokens += float(lengths.sum())
         metrics: dict[str, float] = {
             "rollout/reward_mean": float(total.mean()),
             "rollout/reward_std": float(total.std()),
@@ -335,7 +372,11 @@ class TextTask:
         return logp, ent
 
     def end_update(self, batch: Batch) -> None:
-        """Nothing to update after a step (no observation statistics in text)."""
+        """After the optimizer step: close the update's throughput clock (no observation
+        statistics to update in text)."""
+        if self._t_update is not None:
+            self._step_times.append(time.perf_counter() - self._t_update)
+            self._t_update = None
 
     @torch.no_grad()
     def evaluate(self, policy: LLMPolicy, episodes: int, seed_offset: int = 0) -> dict[str, float]:
@@ -402,6 +443,7 @@ class TextTask:
             "text/task": self.text_task.name,
             "text/max_new_tokens": self.max_new_tokens,
             **self.sft_stats,
+            **throughput_summary(self._step_times, self._timed_completions, self._timed_tokens, self.device),
         }
         if self.run_dir is not None and bool(self.cfg.model.save):
             path = self.policy.save_pretrained(self.run_dir / "model")
@@ -415,4 +457,4 @@ class TextTask:
         self.env.close()
 
 
-__all__ = ["TextTask", "build_policy"]
+__all__ = ["TextTask", "build_policy", "throughput_summary"]
