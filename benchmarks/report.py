@@ -3,6 +3,11 @@
 Reads only the files every runner writes (``metrics.jsonl``, ``summary.json``), so a run that was
 cut by the budget still contributes its curve and, if it got there, its steps to threshold.
 
+The curves, the threshold and the final-eval column use each env entry's ``metric``
+(``eval/return_mean`` for control, ``eval/accuracy`` for text). Runs whose ``summary.json`` carries
+``throughput/*`` keys (text: our trainer and the TRL runner) add a throughput table: median step
+time, completions/s, tokens/s and peak memory over seeds.
+
 Aggregation over seeds: medians with min-max; "steps to threshold" is the env-step count at the
 first periodic greedy evaluation (20 episodes) whose mean reached the threshold. A seed that never
 reached it counts as +inf, so a median over mostly-failed seeds reads "not reached" rather than
@@ -22,8 +27,23 @@ import numpy as np
 from benchmarks.suites import Suite
 
 
-def read_run(run_dir: Path) -> dict[str, Any]:
-    """Curve (eval lines) + summary of one run; missing summary = unfinished (budget/crash)."""
+def metric_key(metric: str) -> str:
+    """Short name of an eval metric in curves and rows: ``return`` for ``eval/return_mean``, else
+    the metric's last path part (``eval/accuracy`` -> ``accuracy``)."""
+    return "return" if metric == "eval/return_mean" else metric.rsplit("/", 1)[-1]
+
+
+def _std_metric(metric: str) -> str | None:
+    """The spread logged next to a ``*_mean`` metric (``eval/return_std``); None otherwise."""
+    return metric[: -len("_mean")] + "_std" if metric.endswith("_mean") else None
+
+
+THROUGHPUT = "throughput/"  # summary.json keys of grpo_marl.tasks.text.throughput_summary
+
+
+def read_run(run_dir: Path, metric: str = "eval/return_mean") -> dict[str, Any]:
+    """Curve (eval lines of ``metric``) + summary of one run; missing summary = unfinished (budget/crash)."""
+    key, std = metric_key(metric), _std_metric(metric)
     curve: list[dict[str, float]] = []
     metrics = run_dir / "metrics.jsonl"
     if metrics.exists():
@@ -32,38 +52,45 @@ def read_run(run_dir: Path) -> dict[str, Any]:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 break  # torn last line of a killed run
-            if "eval/return_mean" in rec and "time/wall_s" in rec:
-                curve.append({"step": rec["step"], "wall_s": rec["time/wall_s"], "return": rec["eval/return_mean"],
-                              "return_std": rec.get("eval/return_std", 0.0)})
+            if metric in rec and "time/wall_s" in rec:
+                point = {"step": rec["step"], "wall_s": rec["time/wall_s"], key: rec[metric]}
+                if std is not None:
+                    point[f"{key}_std"] = rec.get(std, 0.0)
+                curve.append(point)
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
     return {"curve": curve, "summary": summary}
 
 
-def _per_seed(run: dict[str, Any], threshold: float | None) -> dict[str, Any]:
+def _per_seed(run: dict[str, Any], threshold: float | None, metric: str = "eval/return_mean") -> dict[str, Any]:
     s, curve = run["summary"], run["curve"]
+    key, std = metric_key(metric), _std_metric(metric)
     if s is not None and s.get("status") != "failed":
         steps_thr, time_thr = s.get("steps_to_threshold"), s.get("time_to_threshold_s")
-        final_mean, final_std = s.get("eval/return_mean"), s.get("eval/return_std")
+        final_mean, final_std = s.get(metric), (s.get(std) if std else None)
         env_steps, wall = s.get("env_steps"), s.get("wall_seconds")
         finished = True
     else:  # unfinished: use what the curve shows
         steps_thr = time_thr = None
         if threshold is not None:
             for p in curve:
-                if p["return"] >= threshold:
+                if p[key] >= threshold:
                     steps_thr, time_thr = p["step"], p["wall_s"]
                     break
         last = curve[-1] if curve else None
-        final_mean = last["return"] if last else None
-        final_std = last["return_std"] if last else None
+        final_mean = last[key] if last else None
+        final_std = last.get(f"{key}_std") if last else None
         env_steps = last["step"] if last else None
         wall = last["wall_s"] if last else None
         finished = False
     sps = env_steps / wall if env_steps and wall else None
-    return {"steps_to_threshold": steps_thr, "time_to_threshold_s": time_thr, "final_mean": final_mean,
-            "final_std": final_std, "env_steps": env_steps, "wall_seconds": wall, "sps": sps,
-            "finished": finished}
+    out = {"steps_to_threshold": steps_thr, "time_to_threshold_s": time_thr, "final_mean": final_mean,
+           "final_std": final_std, "env_steps": env_steps, "wall_seconds": wall, "sps": sps,
+           "finished": finished}
+    throughput = {k[len(THROUGHPUT):]: v for k, v in (s or {}).items() if k.startswith(THROUGHPUT)}
+    if throughput:  # only runs that measure it (text), so other suites' results stay as they were
+        out["throughput"] = throughput
+    return out
 
 
 def _median_range(values: list[float | None]) -> dict[str, Any]:
@@ -89,25 +116,29 @@ def aggregate(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]]) ->
     rows: dict[str, dict[str, Any]] = {}
     for entry in suite.envs:
         threshold = entry.threshold if entry.threshold is not None else get_spec(entry.env).threshold
+        key = metric_key(entry.metric)
         for algo in suite.algos:
             seeds = sorted(s for (e, a, s) in runs if e == entry.env and a == algo)
             if not seeds:
                 continue
-            per = {s: _per_seed(runs[(entry.env, algo, s)], threshold) for s in seeds}
+            per = {s: _per_seed(runs[(entry.env, algo, s)], threshold, entry.metric) for s in seeds}
             finals = [p["final_mean"] for p in per.values() if p["final_mean"] is not None]
             sps = [p["sps"] for p in per.values() if p["sps"] is not None]
-            rows[f"{entry.env}/{algo}"] = {
+            row = rows[f"{entry.env}/{algo}"] = {
                 "env": entry.env, "label": entry.label, "algo": algo, "threshold": threshold,
                 "seeds": seeds, "per_seed": per,
                 "steps_to_threshold": _median_range([p["steps_to_threshold"] for p in per.values()]),
                 "time_to_threshold_s": _median_range([p["time_to_threshold_s"] for p in per.values()]),
-                "final_return_mean": float(np.mean(finals)) if finals else None,
-                "final_return_std_over_seeds": float(np.std(finals)) if finals else None,
-                "final_return_min": float(np.min(finals)) if finals else None,
-                "final_return_max": float(np.max(finals)) if finals else None,
+                f"final_{key}_mean": float(np.mean(finals)) if finals else None,
+                f"final_{key}_std_over_seeds": float(np.std(finals)) if finals else None,
+                f"final_{key}_min": float(np.min(finals)) if finals else None,
+                f"final_{key}_max": float(np.max(finals)) if finals else None,
                 "sps_median": float(np.median(sps)) if sps else None,
                 "finished": sum(p["finished"] for p in per.values()),
             }
+            throughput = _throughput_medians([p.get("throughput") for p in per.values()])
+            if throughput:
+                row["throughput"] = throughput
     ratios: dict[str, dict[str, Any]] = {}
     for entry in suite.envs:
         target = rows.get(f"{entry.env}/{suite.target}")
@@ -124,6 +155,16 @@ def aggregate(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]]) ->
             }
         ratios[entry.env] = out
     return {"rows": rows, "ratios": ratios}
+
+
+def _throughput_medians(per_seed: list[dict[str, Any] | None]) -> dict[str, float | None]:
+    """Median over the seeds that measured it, per throughput field (None where none did)."""
+    names = sorted({k for t in per_seed if t for k in t})
+    out: dict[str, float | None] = {}
+    for name in names:
+        vals = [float(t[name]) for t in per_seed if t and t.get(name) is not None]
+        out[name] = float(np.median(vals)) if vals else None
+    return out
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -153,7 +194,7 @@ def _fmt_range(mr: dict[str, Any], digits: int = 0) -> str:
 
 
 def _ratio_sentence(target: str, ref: str, kind: str, ratio: float | None, label: str,
-                    target_reached: bool = True, ref_reached: bool = True) -> str:
+                    target_reached: bool = True, ref_reached: bool = True, unit: str = "env steps") -> str:
     if ratio is None:
         if not target_reached and ref_reached:
             return f"**{target} did not reach the threshold on {label}** (median over seeds); {ref} did"
@@ -162,10 +203,39 @@ def _ratio_sentence(target: str, ref: str, kind: str, ratio: float | None, label
         return f"neither {target} nor {ref} reached the threshold on {label} (median over seeds)"
     if kind == "env steps":
         if ratio > 1.0:
-            return f"**{target} needs {ratio:.2f}x the env steps of {ref}** on {label} (more samples)"
-        return f"{target} needs {ratio:.2f}x the env steps of {ref} on {label} (fewer samples)"
+            return f"**{target} needs {ratio:.2f}x the {unit} of {ref}** on {label} (more samples)"
+        return f"{target} needs {ratio:.2f}x the {unit} of {ref} on {label} (fewer samples)"
     word = "slower" if ratio > 1.0 else "faster"
     return f"{target} wall-clock to threshold is {ratio:.2f}x {ref}'s on {label} ({word})"
+
+
+def _metric_word(suite: Suite) -> str:
+    """What the final-eval column shows: ``eval`` for returns (as it always read), else the metric."""
+    keys = sorted({metric_key(e.metric) for e in suite.envs})
+    return "eval" if keys == ["return"] else "/".join(keys)
+
+
+def _throughput_table(agg: dict[str, Any]) -> list[str]:
+    rows = [r for r in agg["rows"].values() if r.get("throughput")]
+    if not rows:
+        return []
+    lines = [
+        "", "## Throughput (median over finished seeds; evaluations excluded)", "",
+        "Step time: seconds per update (sampling, dynamic-sampling resamples included, + scoring + optimizer "
+        "step). Completions/s and tokens/s: "
+        "completions and completion tokens sampled per training second. Peak memory: the process's resident "
+        "set (RSS) and, on CUDA, peak allocated device memory.",
+        "",
+        "| env | algo | step time (s) | completions/s | tokens/s | peak RSS (MB) | peak GPU (MB) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        t = r["throughput"]
+        lines.append(
+            f"| {r['label']} | {r['algo']} | {_fmt_num(t.get('step_time_s'), 4)} | "
+            f"{_fmt_num(t.get('completions_per_s'))} | {_fmt_num(t.get('tokens_per_s'))} | {_fmt_num(t.get('peak_rss_mb'))} | {_fmt_num(t.get('peak_gpu_mb'))} |"
+        )
+    return lines
 
 
 def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plots: list[str]) -> str:
@@ -175,30 +245,36 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
         f"{'SMOKE budget (not a measurement); ' if meta['smoke'] else ''}"
         f"generated {meta['generated']}."
     )
+    unit, n_eval, one = suite.step_unit, suite.eval_episodes, suite.eval_unit.rstrip("s")
     lines += [
         "",
         "Steps/time to threshold: median [min-max] over seeds (seeds that reached it / seeds); the "
         "first periodic greedy evaluation (mean of "
-        f"{suite.eval_episodes} episodes) at or above the threshold. Wall seconds include evaluation "
+        f"{n_eval} {suite.eval_unit}) at or above the threshold. Wall seconds include evaluation "
         "time and are measured while other jobs share the cores. Final eval: mean over seeds of the final "
-        f"{suite.eval_episodes}-episode greedy mean, +- std over seeds [min-max]. Steps/s: env steps / wall "
+        f"{n_eval}-{one} greedy mean, +- std over seeds [min-max]. Steps/s: {unit} / wall "
         "seconds of the whole run (median over seeds).",
         "",
-        "| env | algo | threshold | env steps to threshold | wall s to threshold | final greedy eval | steps/s |",
+        f"| env | algo | threshold | {unit} to threshold | wall s to threshold | "
+        f"final greedy {_metric_word(suite)} | steps/s |",
         "|---|---|---|---|---|---|---|",
     ]
-    for key, r in agg["rows"].items():
-        final = "-"
-        if r["final_return_mean"] is not None:
-            final = (f"{r['final_return_mean']:.1f} +- {r['final_return_std_over_seeds']:.1f} "
-                     f"[{r['final_return_min']:.1f}, {r['final_return_max']:.1f}]")
+    digits = {e.env: e.metric_digits for e in suite.envs}
+    keys = {e.env: metric_key(e.metric) for e in suite.envs}
+    for r in agg["rows"].values():
+        final, k, d = "-", keys[r["env"]], digits[r["env"]]
+        if r[f"final_{k}_mean"] is not None:
+            final = (f"{r[f'final_{k}_mean']:.{d}f} +- {r[f'final_{k}_std_over_seeds']:.{d}f} "
+                     f"[{r[f'final_{k}_min']:.{d}f}, {r[f'final_{k}_max']:.{d}f}]")
         unfinished = "" if r["finished"] == len(r["seeds"]) else f" ({len(r['seeds']) - r['finished']} cut by budget)"
         lines.append(
             f"| {r['label']} | {r['algo']}{unfinished} | {r['threshold']} | {_fmt_range(r['steps_to_threshold'])} | "
             f"{_fmt_range(r['time_to_threshold_s'], 1)} | {final} | {_fmt_num(r['sps_median'])} |"
         )
-    lines += ["", f"## {suite.target} relative to the PPO baselines (ratio of medians; < 1 is better for {suite.target})", ""]
-    lines += ["| env | vs | env-steps ratio | wall-clock ratio |", "|---|---|---|---|"]
+    lines += _throughput_table(agg)
+    lines += ["", f"## {suite.target} relative to {suite.references_label} "
+              f"(ratio of medians; < 1 is better for {suite.target})", ""]
+    lines += [f"| env | vs | {unit.replace(' ', '-')} ratio | wall-clock ratio |", "|---|---|---|---|"]
     sentences = []
     for entry in suite.envs:
         target_row = agg["rows"].get(f"{entry.env}/{suite.target}")
@@ -208,14 +284,15 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
             reached = (target_row["steps_to_threshold"]["median"] is not None,
                        agg["rows"][f"{entry.env}/{ref}"]["steps_to_threshold"]["median"] is not None)
             if rr["steps"] is None:
-                sentences.append(_ratio_sentence(suite.target, ref, "env steps", None, entry.label, *reached))
+                sentences.append(
+                    _ratio_sentence(suite.target, ref, "env steps", None, entry.label, *reached, unit=unit))
                 continue
-            sentences.append(_ratio_sentence(suite.target, ref, "env steps", rr["steps"], entry.label))
+            sentences.append(_ratio_sentence(suite.target, ref, "env steps", rr["steps"], entry.label, unit=unit))
             sentences.append(_ratio_sentence(suite.target, ref, "wall-clock", rr["wall"], entry.label))
     if sentences:
         lines += ["", *[f"- {s}" for s in sentences]]
     if plots:
-        lines += ["", "Learning curves (greedy return vs env steps and vs wall seconds): "
+        lines += ["", f"Learning curves (greedy {metric_key(suite.envs[0].metric)} vs {unit} and vs wall seconds): "
                   + ", ".join(f"`{name}`" for name in plots)]
     lines.append("")
     return "\n".join(lines)
@@ -223,7 +300,7 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
 
 def plot_curves(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]], agg: dict[str, Any],
                 out_dir: Path) -> list[Path]:
-    """One PNG per env: greedy return vs env steps and vs wall seconds, median + min-max band."""
+    """One PNG per env: greedy ``metric`` vs env steps and vs wall seconds, median + min-max band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -231,6 +308,7 @@ def plot_curves(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]], 
 
     paths = []
     for entry in suite.envs:
+        key = metric_key(entry.metric)
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         any_curve = False
         for algo in suite.algos:
@@ -244,7 +322,7 @@ def plot_curves(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]], 
                 ys = []
                 for c in curves:
                     xs = np.array([p[xkey] for p in c])
-                    y = np.array([p["return"] for p in c])
+                    y = np.array([p[key] for p in c])
                     yi = np.interp(grid, xs, y, left=np.nan, right=y[-1])
                     ys.append(yi)
                 ys = np.array(ys)
@@ -254,11 +332,11 @@ def plot_curves(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]], 
                 line = ax.plot(grid, med, label=f"{algo} (n={len(curves)})")[0]
                 ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2)
         thr = agg["rows"].get(f"{entry.env}/{suite.algos[0]}", {}).get("threshold")
-        for ax, xlabel in zip(axes, ("env steps", "wall seconds")):
+        for ax, xlabel in zip(axes, (suite.step_unit, "wall seconds")):
             if thr is not None:
                 ax.axhline(thr, color="gray", ls="--", lw=1, label="threshold")
             ax.set_xlabel(xlabel)
-            ax.set_ylabel(f"greedy return ({suite.eval_episodes} episodes)")
+            ax.set_ylabel(f"greedy {key} ({suite.eval_episodes} {suite.eval_unit})")
             ax.grid(alpha=0.3)
         if any_curve:
             axes[0].legend(loc="lower right", fontsize=8)

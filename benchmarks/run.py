@@ -3,9 +3,10 @@
     python -m benchmarks.run --suite classic --seeds 3 --jobs 2 --budget-minutes 60
     python -m benchmarks.run --suite classic --envs cartpole pendulum --seeds 3
     python -m benchmarks.run --suite classic --smoke --envs cartpole --algos ppo --seeds 1
+    python -m benchmarks.run --suite text --seeds 3 --jobs 2     # our GRPO vs TRL's GRPOTrainer
 
-Each job is one subprocess (the grpo_marl CLI, or ``benchmarks.sb3_ppo``) pinned to one torch
-thread, ``--jobs`` of them at a time (default: one per CPU core). Its run directory is
+Each job is one subprocess (the grpo_marl CLI, ``benchmarks.sb3_ppo`` or ``benchmarks.trl_runner``)
+pinned to one torch thread, ``--jobs`` of them at a time (default: one per CPU core). Its run directory is
 ``<out>/<suite>/runs/<env>/<algo>/seed<k>`` and its stdout/stderr go to ``runner.log`` there.
 Finished runs (``summary.json`` present) are reused, so a suite can be filled in over several
 invocations (``--force`` reruns them). ``--budget-minutes`` is a wall-clock budget for the whole
@@ -59,6 +60,16 @@ def _stop(proc: subprocess.Popen) -> None:
             pass
 
 
+def _why(job: Job) -> str:
+    """The last ``error: ...`` line of a failed job's log (our CLI and the peers print one), if any."""
+    try:
+        lines = (job.run_dir / "runner.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    errors = [line.strip() for line in lines if line.startswith("error:")]
+    return f": {errors[-1][len('error:'):].strip()}" if errors else ""
+
+
 def execute(jobs: list[Job], n_parallel: int, budget_s: float | None, force: bool) -> dict[str, str]:
     """Run the jobs, ``n_parallel`` at a time; returns ``job.key -> status``."""
     status: dict[str, str] = {}
@@ -106,7 +117,7 @@ def execute(jobs: list[Job], n_parallel: int, budget_s: float | None, force: boo
                 else:
                     still.append((job, proc, t0))
                 continue
-            status[job.key] = "ok" if rc == 0 else f"failed (exit {rc}; see {job.run_dir / 'runner.log'})"
+            status[job.key] = "ok" if rc == 0 else f"failed (exit {rc}; see {job.run_dir / 'runner.log'})" + _why(job)
             print(f"[bench] done  {job.key}: {status[job.key]} in {time.monotonic() - t0:.1f} s", flush=True)
         running = still
     for job in pending:
@@ -122,7 +133,7 @@ def collect_runs(suite: Suite, out: Path) -> dict[tuple[str, str, int], dict[str
             if not base.exists():
                 continue
             for d in sorted(base.glob("seed*")):
-                run = read_run(d)
+                run = read_run(d, entry.metric)
                 if run["curve"] or run["summary"]:
                     runs[(entry.env, algo, int(d.name[4:]))] = run
     return runs

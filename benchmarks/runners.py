@@ -1,10 +1,11 @@
 """How each algorithm of a suite is run: one subprocess per (env, algorithm, seed) job.
 
 Every runner must leave in the job's run directory a ``metrics.jsonl`` whose eval lines carry
-``step``, ``eval/return_mean`` and ``time/wall_s``, and (when it finishes) a ``summary.json`` with
-``env_steps``, ``wall_seconds``, ``steps_to_threshold``, ``time_to_threshold_s`` and the final
-``eval/return_mean``/``eval/return_std``: the grpo_marl trainer writes exactly these, and other
-runners (SB3 here; TRL for the text suite) mimic them. Runners are looked up by algorithm name in
+``step``, the env entry's ``metric`` (``eval/return_mean``; ``eval/accuracy`` for text) and
+``time/wall_s``, and (when it finishes) a ``summary.json`` with ``env_steps``, ``wall_seconds``,
+``steps_to_threshold``, ``time_to_threshold_s`` and the final metric (``eval/return_mean`` with
+``eval/return_std``), plus optional ``throughput/*`` keys: the grpo_marl trainer writes exactly
+these, and other runners (SB3 here; TRL in ``benchmarks/suites/text.py``) mimic them. Runners are looked up by algorithm name in
 :data:`RUNNERS`; a suite module may :func:`register_runner` its own.
 """
 

@@ -16,7 +16,7 @@ memory) pinned to the same number of torch threads, and reports:
     python -m benchmarks.text --steps 200 --prompts 8 --group-size 8 --max-new-tokens 4 \
         --out benchmarks/results/text
 
-TRL is an optional extra (``pip install trl``), imported only by its worker; without it the
+TRL is an optional extra (``pip install -e ".[bench]"``), imported only by its worker; without it the
 report has our side only. The machine may be shared: compare figures within one invocation.
 """
 
@@ -144,105 +144,47 @@ def worker_ours(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def worker_trl(a: argparse.Namespace) -> dict[str, Any]:
-    """TRL's GRPOTrainer with the matching settings; timing and eval from a callback."""
+    """TRL's GRPOTrainer with the matching settings (``benchmarks.trl_runner``'s config, dataset
+    and reward, shared with the ``text`` suite's ``trl_grpo`` runner); timing and eval from a callback."""
     import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from envs.text.rewards import REWARDS
+    from benchmarks.trl_runner import StepClock, build_trainer, grpo_config
     from envs.text.tasks import arithmetic_task
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    task = arithmetic_task()
-    weights = dict(task.rewards)
-
-    def make_reward(name: str) -> Any:
-        fn = REWARDS[name]
-
-        def reward(prompts: list[str], completions: list[str], answer: list[str], **kw: Any) -> list[float]:
-            return fn(prompts, completions, answer)
-
-        reward.__name__ = name
-        return reward
-
-    per_step = a.prompts * a.group_size
-    n_rows = a.steps * a.prompts + a.prompts
-    rows = [i % len(task.train) for i in range(n_rows)]
-    ds = Dataset.from_dict(
-        {"prompt": [task.train.prompts[i] for i in rows], "answer": [task.train.answers[i] for i in rows]}
-    )
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
-    cfg = GRPOConfig(
-        output_dir=str(Path(a.out) / "trl_run"),
-        per_device_train_batch_size=per_step,
-        num_generations=a.group_size,
-        max_completion_length=a.max_new_tokens,
-        learning_rate=a.lr,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        max_steps=a.steps,
-        beta=0.0,
-        num_iterations=1,
-        loss_type="dapo",
-        scale_rewards="group",
-        temperature=1.0,
-        max_grad_norm=1.0,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        bf16=False,
-        seed=a.seed,
-        reward_weights=[weights[n] for n in weights],
-        disable_dropout=True,
+    args = grpo_config(
+        output_dir=Path(a.out) / "trl_run", prompts=a.prompts, group_size=a.group_size,
+        max_new_tokens=a.max_new_tokens, lr=a.lr, updates=a.steps, seed=a.seed,
+        aggregation="dapo", scale="group", beta=0.0, epochs=1, minibatches=1, max_grad_norm=1.0, adam_eps=1e-5,
     )
+    curve: list[dict[str, float]] = []
 
-    class Clock(TrainerCallback):
-        def __init__(self) -> None:
-            self.t0 = 0.0
-            self.c0 = 0.0
-            self.step_times: list[float] = []
-            self.cpu: list[float] = []
-            self.curve: list[dict[str, float]] = []
+    def on_update(step: int, seconds: float, model_: Any, control: Any) -> None:
+        if step % a.eval_every == 0 or step == a.steps:
+            acc = greedy_accuracy(model_ if model_ is not None else trainer.model, tok, a.max_new_tokens)
+            curve.append({"step": step, "wall_s": sum(clock.step_times), "accuracy": acc})
 
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.t0 = time.perf_counter()
-            self.c0 = time.process_time()
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.step_times.append(time.perf_counter() - self.t0)
-            self.cpu.append(time.process_time() - self.c0)
-            if state.global_step % a.eval_every == 0 or state.global_step == a.steps:
-                acc = greedy_accuracy(trainer.model, tok, a.max_new_tokens)
-                self.curve.append({"step": state.global_step, "wall_s": sum(self.step_times), "accuracy": acc})
-
-    clock = Clock()
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=[make_reward(n) for n in weights],
-        args=cfg,
-        train_dataset=ds,
-        processing_class=tok,
-        callbacks=[clock],
-    )
+    clock = StepClock.make(1, on_update)
+    trainer, reward = build_trainer(model, tok, arithmetic_task(), args, [clock])
     trainer.train()
-    tokens = sum(h.get("completions/mean_length", 0.0) * per_step for h in trainer.state.log_history)
+    per_step = a.prompts * a.group_size
     train_time = sum(clock.step_times)
     return {
         "framework": "trl",
-        "cpu_step_time_s": statistics.median(clock.cpu),
-        "cpu_completions_per_s": per_step * len(clock.cpu) / sum(clock.cpu),
+        "cpu_step_time_s": statistics.median(clock.cpu_times),
+        "cpu_completions_per_s": per_step * len(clock.cpu_times) / sum(clock.cpu_times),
         "steps": len(clock.step_times),
         "step_time_s": statistics.median(clock.step_times),
         "completions_per_s": per_step * len(clock.step_times) / train_time,
-        "tokens_per_s": tokens / train_time,
+        "tokens_per_s": reward.tokens / train_time,
         "train_time_s": train_time,
         "peak_rss_mb": _peak_rss_mb(),
-        "curve": clock.curve,
-        "final_accuracy": clock.curve[-1]["accuracy"] if clock.curve else None,
+        "curve": curve,
+        "final_accuracy": curve[-1]["accuracy"] if curve else None,
     }
 
 

@@ -132,3 +132,59 @@ def test_sb3_peer_writes_the_same_files(tmp_path: Path) -> None:
     run_ = read_run(tmp_path)
     assert [p["step"] for p in run_["curve"]] == [256, 512]
     assert {"eval/return_mean", "eval/return_std", "wall_seconds", "steps_to_threshold"} <= set(run_["summary"])
+
+
+HAVE_TRL = importlib.util.find_spec("trl") is not None
+
+
+def test_text_suite_smoke_reports_accuracy_and_throughput(tmp_path: Path) -> None:
+    """``--suite text --smoke``: our GRPO (and TRL's GRPOTrainer when installed) write the same
+    run files; the report thresholds eval/accuracy and adds the throughput table."""
+    algos = ["grpo", "trl_grpo"] if HAVE_TRL else ["grpo"]
+    payload = main(["--suite", "text", "--smoke", "--seeds", "1", "--algos", *algos, "--jobs", "1",
+                    "--out", str(tmp_path)])
+    out = tmp_path / "text-smoke"
+    assert payload["meta"]["status"] == {f"arithmetic/{a}/seed1": "ok" for a in algos}
+    log = (out / "runs" / "arithmetic" / "grpo" / "seed1" / "runner.log").read_text().splitlines()[0]
+    assert "grpo_marl.train env=arithmetic algo=grpo" in log and "train.threshold=0.95" in log
+
+    table = (out / "table.md").read_text()
+    assert "SMOKE" in table and "| completions to threshold |" in table and "final greedy accuracy" in table
+    assert "## Throughput" in table and "| step time (s) | completions/s | tokens/s | peak RSS (MB) |" in table
+    assert "## grpo relative to TRL's GRPOTrainer" in table
+    results = json.loads((out / "results.json").read_text())
+    for algo in algos:
+        prefix = f"| arithmetic (a+b, single digit) | {algo} |"
+        row = next(line for line in table.splitlines() if line.startswith(prefix))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2] == "0.95" and "+-" in cells[5] and "." in cells[5].split()[0]  # accuracy, 3 decimals
+        r = results["rows"][f"arithmetic/{algo}"]
+        assert r["threshold"] == 0.95 and 0.0 <= r["final_accuracy_mean"] <= 1.0
+        assert r["per_seed"]["1"]["env_steps"] >= 1024
+        t = r["throughput"]
+        assert t["step_time_s"] > 0 and t["completions_per_s"] > 0 and t["tokens_per_s"] > 0 and t["peak_rss_mb"] > 0
+        (run,) = [x for x in results["runs"] if x["algo"] == algo]
+        assert run["curve"] and all(set(p) == {"step", "wall_s", "accuracy"} for p in run["curve"])
+        assert run["curve"][0]["step"] == 512  # smoke cadence: an evaluation every 512 completions
+        summary = run["summary"]
+        assert {"eval/accuracy", "eval/return_mean", "wall_seconds", "steps_to_threshold",
+                "throughput/completions_per_s", "throughput/tokens_per_s", "throughput/step_time_s",
+                "throughput/peak_rss_mb"} <= set(summary)
+    if HAVE_TRL:
+        summary = results["runs"][-1]["summary"]
+        assert summary["algo"] == "trl_grpo" and summary["env_steps"] == 1024
+        assert any("zero_std" in u for u in summary["unmatched"])  # what TRL cannot mirror is listed
+    assert (out / "curves_arithmetic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_trl_runner_without_trl_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import benchmarks.trl_runner as trl_runner
+    from benchmarks.runners import RUNNERS, Job
+
+    monkeypatch.setattr(trl_runner.importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(SystemExit, match=r'pip install -e "\.\[bench\]"'):
+        trl_runner.main(["env=arithmetic", f"hydra.run.dir={tmp_path}"])
+    text = get_suite("text")
+    argv = RUNNERS["trl_grpo"](Job(text, text.env("arithmetic"), "trl_grpo", 2, tmp_path, smoke=True))
+    assert argv[1:3] == ["-m", "benchmarks.trl_runner"] and "env=arithmetic" in argv and "algo=grpo" in argv
+    assert "seed=2" in argv and "total_steps=1024" in argv and f"hydra.run.dir={tmp_path}" in argv

@@ -27,6 +27,9 @@ class EnvEntry:
         threshold: solve threshold (None = the env's registered one).
         overrides: extra ``key=value`` CLI overrides per algorithm (grpo_marl runners only).
         smoke_steps / smoke_eval_every: the tiny budget of ``--smoke``.
+        metric: the eval metric the threshold applies to and the table/curves report (a key of the
+            runs' eval lines and ``summary.json``; ``eval/accuracy`` for text tasks).
+        metric_digits: decimals of that metric in the table.
     """
 
     env: str
@@ -37,11 +40,18 @@ class EnvEntry:
     overrides: dict[str, list[str]] = field(default_factory=dict)
     smoke_steps: int = 2048
     smoke_eval_every: int = 1024
+    metric: str = "eval/return_mean"
+    metric_digits: int = 1
 
 
 @dataclass
 class Suite:
-    """A named benchmark: envs x algorithms, plus what the ratio columns compare."""
+    """A named benchmark: envs x algorithms, plus what the ratio columns compare.
+
+    ``eval_unit`` and ``step_unit`` name what an evaluation averages over and what ``env steps``
+    count, in the table's wording (text: 100 ``prompts``, ``completions``); ``references_label``
+    names the references in the ratio heading.
+    """
 
     name: str
     description: str
@@ -50,6 +60,9 @@ class Suite:
     target: str = "grpo"  # the algorithm whose ratios the table reports
     references: list[str] = field(default_factory=lambda: ["sb3_ppo", "ppo"])
     eval_episodes: int = 20
+    eval_unit: str = "episodes"
+    step_unit: str = "env steps"
+    references_label: str = "the PPO baselines"
 
     def env(self, name: str) -> EnvEntry:
         for e in self.envs:

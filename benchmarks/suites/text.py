@@ -1,0 +1,59 @@
+"""``text``: our GRPO vs TRL's ``GRPOTrainer`` on single-digit addition with the same tiny model.
+
+``arithmetic``: all 100 ``a+b=`` prompts (a, b in 0..9), reward int_match + int_digits +
+0.5 int_closeness, threshold 0.95 on ``eval/accuracy``: greedy accuracy on all 100 prompts, every
+20,480 completions (the env's own cadence). Env steps are sampled completions.
+
+Both algorithms resolve the same configuration (``envs/text`` tuned defaults: 16 prompts x 32
+completions per update, lr 1e-3, no KL, one epoch, group-mean advantages) and start from the same
+tiny GPT-2 (same init seed): ``grpo`` through our CLI, ``trl_grpo`` through
+``benchmarks.trl_runner``, which maps that config onto ``GRPOConfig`` and evaluates TRL's model
+with our evaluation code. Our DAPO dynamic sampling (``algo.zero_std=resample``) and hard-prompt
+sampling have no TRL counterpart; the TRL runs list them under ``unmatched`` in ``summary.json``.
+
+Budget: **about equal wall-clock**. ``grpo`` gets the env's tuned ``total_steps`` (3.5M sampled
+completions, resampled groups included: about 10 minutes here); TRL samples about 1,100
+completions/s on this CPU, so ``trl_grpo`` gets 655,360 completions (about 10 minutes too), and
+the accuracy-vs-wall-seconds curves compare the two over the same time. Equal completions would
+take TRL 50+ minutes per seed (``--algos trl_grpo`` with a larger ``total_steps`` in this entry).
+Smoke: 1,024 completions (two TRL
+updates), an evaluation every 512.
+"""
+
+import sys
+
+from benchmarks.runners import Job, grpo_marl_command, register_runner
+from benchmarks.suites import EnvEntry, Suite, register_suite
+
+
+@register_runner("trl_grpo")
+def _trl_grpo(job: Job) -> list[str]:
+    """TRL's GRPOTrainer with the overrides our CLI would get (``benchmarks/trl_runner.py``)."""
+    cli = grpo_marl_command(job, "grpo")
+    assert cli[1:3] == ["-m", "grpo_marl.train"]
+    return [sys.executable, "-m", "benchmarks.trl_runner", *cli[3:]]
+
+
+register_suite(
+    Suite(
+        name="text",
+        description=(
+            "Text generation (single-digit addition, tiny GPT-2 built locally): our GRPO vs TRL's GRPOTrainer "
+            "at the same settings and about the same wall-clock budget; threshold on eval/accuracy "
+            "(greedy, all 100 prompts)"
+        ),
+        algos=["grpo", "trl_grpo"],
+        envs=[
+            EnvEntry("arithmetic", "arithmetic (a+b, single digit)", eval_every=20_480,
+                     total_steps={"grpo": None, "trl_grpo": 655_360},  # ~10 min each (module docstring)
+                     threshold=0.95, metric="eval/accuracy", metric_digits=3,
+                     smoke_steps=1024, smoke_eval_every=512),
+        ],
+        target="grpo",
+        references=["trl_grpo"],
+        references_label="TRL's GRPOTrainer",
+        eval_episodes=100,
+        eval_unit="prompts",
+        step_unit="completions",
+    )
+)
