@@ -64,17 +64,23 @@ _TINY: dict[str, Any] = {"threads": 1}
 # updates are filled with groups that do. scale=none (Dr. GRPO, mean-only advantages): dividing by
 # the group std blows a nearly-collapsed group's tiny reward differences up to unit size, which
 # locked every two-digit sum onto "11" (accuracy stalled near 0.6); mean-only lets them fade.
+# Entropy bonus 0.05: without it one seed in three locked every two-digit sum onto "11" (the
+# closest-on-average answer, its groups then all-equal) and stalled near 0.45-0.7; with it seeds
+# 1-3 reached 0.99 / 0.96 / 0.97 after 676k / 778k / 471k completions. The bonus keeps the greedy
+# accuracy oscillating by a few points, so the run stops at the threshold (its model is saved).
 _ARITHMETIC = {
     "common": {
         **_TEXT_COMMON,
         **_TINY,
-        # Resampled collections count as steps: 2M completions was ~320 s here, cut one seed off at 0.69.
+        # Resampled collections count as steps: 2M completions was ~320 s here.
         "total_steps": 3_500_000,
         "eval": {"every_steps": 20_480},
         "text": {"prompt_sampling": "hard"},
+        "train": {"stop_on_threshold": True},
     },
     "grpo": {
-        "algo": {**_TEXT_GRPO, "group_size": 32, "num_groups": 16, "lr": 1e-3, "zero_std": "resample", "scale": "none"}
+        "algo": {**_TEXT_GRPO, "group_size": 32, "num_groups": 16, "lr": 1e-3, "zero_std": "resample", "scale": "none",
+                 "entropy_coef": 0.05}
     },
 }
 _QUADRATIC = {
