@@ -131,6 +131,8 @@ def text_config_errors(cfg: DictConfig) -> list[str]:
         errors.append(f"text.top_p={t.top_p} must be in (0, 1]")
     if int(t.get("sft_steps", 0) or 0) < 0:
         errors.append(f"text.sft_steps={t.sft_steps} must be >= 0 (0 = no supervised warm start)")
+    if float(t.get("sft_weight_decay", 0.0) or 0.0) < 0:
+        errors.append(f"text.sft_weight_decay={t.sft_weight_decay} must be >= 0")
     if not m.path and str(m.arch) not in ("gpt2", "qwen2"):
         errors.append(f"model.arch={m.arch!r}: tiny models are gpt2 or qwen2 (or set model.path)")
     if not m.path and int(m.hidden_size) % int(m.num_heads):

@@ -138,7 +138,9 @@ class TextTask:
         self.sft_stats: dict[str, float] = {}
         # On resume the checkpoint's weights replace the policy's, so the warm start is skipped.
         if int(t.get("sft_steps", 0) or 0) > 0 and not cfg.get("resume"):
-            self.sft_stats = self.sft_warm_start(int(t.sft_steps), float(t.sft_lr), int(t.sft_batch))
+            self.sft_stats = self.sft_warm_start(
+                int(t.sft_steps), float(t.sft_lr), int(t.sft_batch), float(t.get("sft_weight_decay", 0.0) or 0.0)
+            )
         self.generator = torch.Generator(device=device).manual_seed(int(cfg.seed))
         self.rng = np.random.default_rng(int(cfg.seed))
         self._order = np.empty(0, dtype=np.int64)
@@ -180,11 +182,15 @@ class TextTask:
         comp, cmask = comp.to(self.device), cmask.to(self.device)
         return torch.cat([p_ids, comp], 1), torch.cat([p_mask, cmask], 1), cmask
 
-    def sft_warm_start(self, steps: int, lr: float, batch: int) -> dict[str, float]:
+    def sft_warm_start(self, steps: int, lr: float, batch: int, weight_decay: float = 0.0) -> dict[str, float]:
         """Supervised fine-tuning on the train split's reference answers before GRPO (the
-        issue's allowed "SFT warm start"; off unless ``text.sft_steps > 0``). Uses its own Adam
-        so the RL optimizer starts fresh; never sees the eval split."""
-        opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=lr)
+        issue's allowed "SFT warm start"; off unless ``text.sft_steps > 0``). Uses its own AdamW
+        so the RL optimizer starts fresh; never sees the eval split. Weight decay is what lets a
+        tiny model trained on a small split generalise to held-out prompts instead of memorising
+        the training answers (decoupled decay, as in grokking studies)."""
+        opt = torch.optim.AdamW(
+            [p for p in self.policy.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay
+        )
         rng = np.random.default_rng(int(self.cfg.seed) + 17)
         n = len(self.train_set)
         loss_val = float("nan")
