@@ -45,6 +45,16 @@ def test_smoke_run_writes_table_results_and_plots(tmp_path: Path) -> None:
                   "--out", str(tmp_path)])
     assert again["meta"]["status"] == {"cartpole/ppo/seed1": "reused"}
 
+    # Re-evaluating the final policy with more episodes: same greedy evaluation, one table row.
+    from benchmarks.reeval import main as reeval
+
+    text = reeval(["--suite", "classic-smoke", "--episodes", "4", "--out", str(tmp_path)])
+    row = next(line for line in text.splitlines() if line.startswith("| cartpole | ppo"))
+    evaluated = json.loads((run_dir / "eval.json").read_text())
+    assert evaluated["eval/episodes"] == 4 and evaluated["env_steps"] == 2048
+    assert f"s1: {evaluated['eval/return_mean']:.2f}" in row
+    assert (out / "final_eval.md").read_text() == text
+
 
 def _fake_run(root: Path, env: str, algo: str, seed: int, evals: list[tuple[int, float, float]],
               threshold: float, finished: bool = True) -> None:
