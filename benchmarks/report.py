@@ -267,9 +267,14 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
             final = (f"{r[f'final_{k}_mean']:.{d}f} +- {r[f'final_{k}_std_over_seeds']:.{d}f} "
                      f"[{r[f'final_{k}_min']:.{d}f}, {r[f'final_{k}_max']:.{d}f}]")
         unfinished = "" if r["finished"] == len(r["seeds"]) else f" ({len(r['seeds']) - r['finished']} cut by budget)"
+        if r["threshold"] is None:
+            thr, steps_cell, time_cell = "none", "n/a (no threshold)", "n/a"
+        else:
+            thr, steps_cell = r["threshold"], _fmt_range(r["steps_to_threshold"])
+            time_cell = _fmt_range(r["time_to_threshold_s"], 1)
         lines.append(
-            f"| {r['label']} | {r['algo']}{unfinished} | {r['threshold']} | {_fmt_range(r['steps_to_threshold'])} | "
-            f"{_fmt_range(r['time_to_threshold_s'], 1)} | {final} | {_fmt_num(r['sps_median'])} |"
+            f"| {r['label']} | {r['algo']}{unfinished} | {thr} | {steps_cell} | {time_cell} | {final} | "
+            f"{_fmt_num(r['sps_median'])} |"
         )
     lines += _throughput_table(agg)
     lines += ["", f"## {suite.target} relative to {suite.references_label} "
@@ -283,6 +288,14 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
             lines.append(f"| {entry.label} | {ref} | {fmt(rr['steps'])} | {fmt(rr['wall'])} |")
             reached = (target_row["steps_to_threshold"]["median"] is not None,
                        agg["rows"][f"{entry.env}/{ref}"]["steps_to_threshold"]["median"] is not None)
+            if target_row["threshold"] is None:
+                k, d = metric_key(entry.metric), entry.metric_digits
+                a, b = target_row[f"final_{k}_mean"], agg["rows"][f"{entry.env}/{ref}"][f"final_{k}_mean"]
+                if a is not None and b is not None:
+                    word = "higher" if a > b else "lower"
+                    sentences.append(f"{entry.label} has no threshold: final greedy {k} {suite.target} {a:.{d}f} "
+                                     f"vs {ref} {b:.{d}f} ({suite.target} {word}; mean over seeds)")
+                continue
             if rr["steps"] is None:
                 sentences.append(
                     _ratio_sentence(suite.target, ref, "env steps", None, entry.label, *reached, unit=unit))

@@ -165,6 +165,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"[bench] suite {suite.name}: {len(jobs)} jobs, {a.jobs} in parallel, out {out}", flush=True)
         status = execute(jobs, max(1, a.jobs), budget, a.force)
     runs = collect_runs(suite, out)
+    if a.report_only and not runs:
+        # Run dirs are not versioned: rebuilding from none would overwrite a committed report.
+        raise SystemExit(f"--report-only: no finished runs under {out / 'runs'}; nothing rebuilt")
     meta = {
         "suite": suite.name, "seeds": sorted({s for (_, _, s) in runs}) or seeds, "jobs": a.jobs,
         "cpus": os.cpu_count(), "smoke": a.smoke, "budget_minutes": a.budget_minutes,
