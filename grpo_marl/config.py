@@ -180,6 +180,8 @@ def _validate_common(cfg: DictConfig) -> list[str]:
     errors: list[str] = []
     _positive(errors, cfg, "total_steps", integer=True)
     _positive(errors, cfg, "eval.episodes", integer=True)
+    if OmegaConf.select(cfg, "eval.final_episodes") is not None:
+        _positive(errors, cfg, "eval.final_episodes", integer=True)
     _positive(errors, cfg, "eval.every_steps", strict=False, integer=True)
     _positive(errors, cfg, "log.every", integer=True)
     _positive(errors, cfg, "checkpoint.every", strict=False, integer=True)

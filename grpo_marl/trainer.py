@@ -310,7 +310,7 @@ class Trainer:
         final = {}
         if self.is_main:
             with self._amp():
-                final = self._evaluate(int(cfg.eval.episodes), seed_offset=500)
+                final = self._evaluate(int(cfg.eval.get("final_episodes") or cfg.eval.episodes), seed_offset=500)
             self.logger.log(self._steps, final)
         self.logger.close()
         dist.dump_param_hash(

@@ -200,3 +200,12 @@ def test_threshold_clock_and_early_stop(train, tmp_path: Path) -> None:
     reached = [r for r in recs if r.get("eval/threshold_reached") == 1.0]
     assert len(reached) == 1 and reached[0]["step"] == summary["steps_to_threshold"]
     assert reached[0]["eval/return_mean"] >= 20
+
+
+def test_final_evaluation_can_use_more_episodes(train, tmp_path: Path, read_metrics) -> None:
+    """eval.final_episodes sizes the final evaluation only; periodic ones keep eval.episodes."""
+    summary = train(tmp_path / "run", "env=cartpole", "total_steps=2000", "eval.every_steps=1000",
+                    "eval.episodes=3", "eval.final_episodes=7")
+    periodic = [r["eval/episodes"] for r in read_metrics(tmp_path / "run") if "eval/episodes" in r]
+    assert periodic[:-1] and set(periodic[:-1]) == {3.0} and periodic[-1] == 7.0
+    assert summary["eval/episodes"] == 7.0
