@@ -57,7 +57,8 @@ def test_cli_arithmetic_trains_saves_and_reloads(
 
 
 def test_quadratic_and_jsonl_run(train: Callable[..., dict], tmp_path: Path) -> None:
-    s = train(tmp_path / "quad", "env=quadratic", "total_steps=32", "text.eval_prompts=8", *FAST)
+    s = train(tmp_path / "quad", "env=quadratic", "total_steps=32", "text.eval_prompts=8", "text.sft_steps=20", *FAST)
+    assert s["text/sft_steps"] == 20  # the default warm start runs (shortened here)
     assert s["eval/episodes"] == 8 and "eval/reward/quadratic_roots" in s
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"q{i}", "answer": str(i)}) + "\n" for i in range(10)))
@@ -121,7 +122,7 @@ def test_task_batch_layout_and_truncation_mask(resolve: Callable[[list[str]], An
     from grpo_marl.registry import get_spec
     from grpo_marl.tasks.text import TextTask
 
-    cfg = resolve(["env=quadratic", "text.max_new_tokens=3", "text.mask_truncated=true", *FAST])
+    cfg = resolve(["env=quadratic", "text.max_new_tokens=3", "text.mask_truncated=true", "text.sft_steps=0", *FAST])
     task = TextTask(cfg, get_spec("quadratic"), torch.device("cpu"))
     batch = task.collect(task.policy)
     b = cfg.algo.num_groups * cfg.algo.group_size

@@ -83,8 +83,17 @@ _ARITHMETIC = {
                  "entropy_coef": 0.05}
     },
 }
+# 190 equations (152 train / 38 held out) are too few for a from-scratch model to generalise by RL
+# alone (it memorises: 7.9% held-out). A supervised warm start with strong decoupled weight decay
+# (full-batch AdamW, decay 1.0) then GRPO reached 31.6% held-out exact (seed 1, ~20 min here).
 _QUADRATIC = {
-    "common": {**_TEXT_COMMON, **_TINY, "total_steps": 2_000_000, "eval": {"every_steps": 51_200}},
+    "common": {
+        **_TEXT_COMMON,
+        **_TINY,
+        "total_steps": 200_000,
+        "eval": {"every_steps": 51_200},
+        "text": {"sft_steps": 6000, "sft_lr": 1e-3, "sft_weight_decay": 1.0, "sft_batch": 152},
+    },
     "grpo": {"algo": {**_TEXT_GRPO, "group_size": 32, "num_groups": 16, "lr": 1e-3}},
 }
 _JSONL = {"common": _TEXT_COMMON, "grpo": {"algo": {**_TEXT_GRPO, "lr": 1e-5, "beta": 0.04}}}
