@@ -252,8 +252,11 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
         "first periodic greedy evaluation (mean of "
         f"{n_eval} {suite.eval_unit}) at or above the threshold. Wall seconds include evaluation "
         "time and are measured while other jobs share the cores. Final eval: mean over seeds of the final "
-        f"{n_eval}-{one} greedy mean, +- std over seeds [min-max]. Steps/s: {unit} / wall "
-        "seconds of the whole run (median over seeds).",
+        f"{n_eval}-{one} greedy mean, +- std over seeds [min-max]"
+        + "".join(f"; final evaluation of {e.label}: {'/'.join(map(str, meta['final_episodes'][e.env]))} "
+                  f"{suite.eval_unit}" for e in suite.envs
+                  if meta.get("final_episodes", {}).get(e.env, [n_eval]) != [n_eval])
+        + f". Steps/s: {unit} / wall seconds of the whole run (median over seeds).",
         "",
         f"| env | algo | threshold | {unit} to threshold | wall s to threshold | "
         f"final greedy {_metric_word(suite)} | steps/s |",
@@ -367,6 +370,12 @@ def write_report(suite: Suite, out_dir: Path, runs: dict[tuple[str, str, int], d
                  meta: dict[str, Any]) -> dict[str, Any]:
     agg = aggregate(suite, runs)
     pngs = plot_curves(suite, runs, agg, out_dir)
+    # What the runs' final evaluations actually used (eval.final_episodes may differ from periodic).
+    finals: dict[str, set[int]] = {}
+    for (env, _, _), run in runs.items():
+        if run["summary"] and "eval/episodes" in run["summary"]:
+            finals.setdefault(env, set()).add(int(run["summary"]["eval/episodes"]))
+    meta = {**meta, "final_episodes": {env: sorted(v) for env, v in finals.items()}}
     (out_dir / "table.md").write_text(table_markdown(suite, agg, meta, [p.name for p in pngs]))
     payload = {
         "suite": suite.name,

@@ -65,6 +65,8 @@ def grpo_marl_command(job: Job, algo: str) -> list[str]:
     ]
     if job.total_steps:
         argv.append(f"total_steps={job.total_steps}")
+    if job.entry.final_episodes and not job.smoke:
+        argv.append(f"eval.final_episodes={job.entry.final_episodes}")
     if job.entry.threshold is not None:
         argv.append(f"train.threshold={job.entry.threshold}")
     if job.stop_on_threshold:

@@ -63,3 +63,34 @@ def test_marl_suite_plugs_into_the_harness(tmp_path: Path) -> None:
     entry = suite.env("simple_spread")
     argv = RUNNERS["mappo"](Job(suite, entry, "mappo", 1, tmp_path / "run"))
     assert "algo=mappo" in argv and "env=simple_spread" in argv and "total_steps=1500000" in argv
+    # Precise final evaluations (1000 episodes) in real runs, none of that cost in --smoke.
+    assert "eval.final_episodes=1000" in argv and "eval.episodes=50" in argv
+    smoke = RUNNERS["grpo"](Job(suite, entry, "grpo", 1, tmp_path / "smoke", smoke=True))
+    assert not any(a.startswith("eval.final_episodes") for a in smoke)
+
+
+def test_report_states_the_final_evaluation_size(tmp_path: Path) -> None:
+    """The table says how many episodes the runs' final evaluations used when it differs from
+    the periodic ones (read from the runs' summaries, not assumed from the suite)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import json
+
+    from benchmarks.report import read_run, write_report
+    from benchmarks.suites import get_suite
+
+    suite = get_suite("marl")
+    runs = {}
+    for seed, episodes in ((1, 1000), (2, 1000)):
+        run_dir = tmp_path / "runs" / "simple_spread" / "grpo" / f"seed{seed}"
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 100, "time/wall_s": 1.0, "eval/return_mean": -10.0}) + "\n")
+        (run_dir / "summary.json").write_text(json.dumps({
+            "env_steps": 100, "wall_seconds": 1.0, "eval/return_mean": -9.0, "eval/return_std": 3.0,
+            "eval/episodes": episodes, "status": "finished"}))
+        runs[("simple_spread", "grpo", seed)] = read_run(run_dir)
+    meta = {"seeds": [1, 2], "jobs": 1, "cpus": 2, "smoke": False, "generated": "now"}
+    write_report(suite, tmp_path, runs, meta)
+    table = (tmp_path / "table.md").read_text()
+    assert "final evaluation of mpe2 simple_spread_v3 (N=3, 25 steps): 1000 episodes" in table
+    assert "speaker_listener_v4: " not in table  # no runs there: nothing claimed

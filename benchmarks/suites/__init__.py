@@ -30,6 +30,8 @@ class EnvEntry:
         metric: the eval metric the threshold applies to and the table/curves report (a key of the
             runs' eval lines and ``summary.json``; ``eval/accuracy`` for text tasks).
         metric_digits: decimals of that metric in the table.
+        final_episodes: episodes of each run's final greedy evaluation (``eval.final_episodes``;
+            None = the suite's ``eval_episodes``, as the periodic ones); ignored by ``--smoke``.
     """
 
     env: str
@@ -41,6 +43,7 @@ class EnvEntry:
     smoke_steps: int = 2048
     smoke_eval_every: int = 1024
     metric: str = "eval/return_mean"
+    final_episodes: int | None = None
     metric_digits: int = 1
 
 

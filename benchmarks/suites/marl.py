@@ -30,13 +30,14 @@ register_suite(
         description="PettingZoo multi-agent: GRPO (seed groups) vs MAPPO vs IPPO",
         algos=["grpo", "mappo", "ippo"],
         envs=[
-            EnvEntry("simple_spread", "mpe2 simple_spread_v3 (N=3, 25 steps)", eval_every=100_000,
+            # 50-episode evaluations have a standard error of ~0.5 here: the final one uses 1000.
+            EnvEntry("simple_spread", "mpe2 simple_spread_v3 (N=3, 25 steps)", eval_every=100_000, final_episodes=1000,
                      total_steps={"grpo": 1_500_000, "mappo": 1_500_000, "ippo": 1_500_000},
                      smoke_steps=3200, smoke_eval_every=3200),
-            EnvEntry("simple_speaker_listener", "mpe2 simple_speaker_listener_v4", eval_every=50_000,
+            EnvEntry("simple_speaker_listener", "mpe2 simple_speaker_listener_v4", eval_every=50_000, final_episodes=1000,
                      total_steps={"grpo": 500_000, "mappo": 500_000, "ippo": 500_000},
                      smoke_steps=3200, smoke_eval_every=3200),
-            EnvEntry("pursuit", "sisl pursuit_v5 (8x8, 4 pursuers, 50 steps)", eval_every=10_000,
+            EnvEntry("pursuit", "sisl pursuit_v5 (8x8, 4 pursuers, 50 steps)", eval_every=10_000, final_episodes=200,
                      total_steps={"grpo": 100_000, "mappo": 100_000, "ippo": 100_000},
                      smoke_steps=800, smoke_eval_every=800),
         ],
