@@ -9,9 +9,9 @@ seeds (``python -m grpo_marl.evaluate``), writes ``eval.json`` per run and one t
     python -m benchmarks.reeval --suite marl --episodes 1000 --envs simple_spread simple_speaker_listener
     python -m benchmarks.reeval --suite marl --episodes 200 --envs pursuit
 
-The table (``<out>/<suite>/final_eval.md``; one section per invocation's episode count) gives per
-env and algorithm the per-seed means, their mean +- std over seeds, and the standard error of one
-seed's mean.
+The table (``<out>/<suite>/final_eval.md``, from ``final_eval.json``; one section per distinct
+command, a rerun replaces its own) gives per env and algorithm the per-seed means, their mean +-
+std over seeds, and the standard error of one run's mean (median over runs).
 """
 
 from __future__ import annotations

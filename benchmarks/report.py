@@ -246,17 +246,20 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
         f"generated {meta['generated']}."
     )
     unit, n_eval, one = suite.step_unit, suite.eval_episodes, suite.eval_unit.rstrip("s")
+    # Final evaluations whose size (eval.final_episodes, read from the runs) differs from the periodic.
+    final_sizes = "".join(
+        f"; final evaluation of {e.label}: {'/'.join(map(str, sizes))} {suite.eval_unit}"
+        for e in suite.envs
+        if (sizes := meta.get("final_episodes", {}).get(e.env, [n_eval])) != [n_eval]
+    )
     lines += [
         "",
         "Steps/time to threshold: median [min-max] over seeds (seeds that reached it / seeds); the "
         "first periodic greedy evaluation (mean of "
         f"{n_eval} {suite.eval_unit}) at or above the threshold. Wall seconds include evaluation "
         "time and are measured while other jobs share the cores. Final eval: mean over seeds of the final "
-        f"{n_eval}-{one} greedy mean, +- std over seeds [min-max]"
-        + "".join(f"; final evaluation of {e.label}: {'/'.join(map(str, meta['final_episodes'][e.env]))} "
-                  f"{suite.eval_unit}" for e in suite.envs
-                  if meta.get("final_episodes", {}).get(e.env, [n_eval]) != [n_eval])
-        + f". Steps/s: {unit} / wall seconds of the whole run (median over seeds).",
+        f"{n_eval}-{one} greedy mean, +- std over seeds [min-max]{final_sizes}. "
+        f"Steps/s: {unit} / wall seconds of the whole run (median over seeds).",
         "",
         f"| env | algo | threshold | {unit} to threshold | wall s to threshold | "
         f"final greedy {_metric_word(suite)} | steps/s |",
@@ -289,8 +292,6 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
         for ref, rr in agg["ratios"].get(entry.env, {}).items():
             fmt = lambda x: "n/a" if x is None else f"{x:.2f}x"  # noqa: E731
             lines.append(f"| {entry.label} | {ref} | {fmt(rr['steps'])} | {fmt(rr['wall'])} |")
-            reached = (target_row["steps_to_threshold"]["median"] is not None,
-                       agg["rows"][f"{entry.env}/{ref}"]["steps_to_threshold"]["median"] is not None)
             if target_row["threshold"] is None:
                 k, d = metric_key(entry.metric), entry.metric_digits
                 a, b = target_row[f"final_{k}_mean"], agg["rows"][f"{entry.env}/{ref}"][f"final_{k}_mean"]
@@ -300,6 +301,8 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
                                      f"vs {ref} {b:.{d}f} ({suite.target} {word}; mean over seeds)")
                 continue
             if rr["steps"] is None:
+                reached = (target_row["steps_to_threshold"]["median"] is not None,
+                           agg["rows"][f"{entry.env}/{ref}"]["steps_to_threshold"]["median"] is not None)
                 sentences.append(
                     _ratio_sentence(suite.target, ref, "env steps", None, entry.label, *reached, unit=unit))
                 continue

@@ -55,8 +55,8 @@ class VecEnv:
         )
 
     def reset_one(self, index: int, seed: int) -> np.ndarray:
-        """Reset env ``index`` alone with ``seed`` and return its first observation (same seed,
-        same state as :meth:`reset`)."""
+        """Reset env ``index`` alone to an initial state drawn from ``seed`` (the same seed gives
+        the same state) and return its first observation."""
         raise NotImplementedError(f"{type(self).__name__} cannot reset one env alone")
 
     def get_state(self) -> Any:
@@ -133,7 +133,8 @@ class NativeCartPoleVecEnv(VecEnv):
         return (self.env.state.copy(), self.env.steps.copy(), self.env.np_random.bit_generator.state)
 
     def set_state(self, state: Any) -> None:
-        self.env.state, steps, rng = state[0].copy(), state[1], state[2]
+        env_state, steps, rng = state
+        self.env.state = env_state.copy()
         self.env.steps[:] = steps
         self.env.np_random.bit_generator.state = rng
 

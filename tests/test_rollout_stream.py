@@ -75,7 +75,6 @@ def test_no_slot_idles_and_steps_count_every_transition() -> None:
     total_used = 0
     for _ in range(6):
         batch = collector.collect(policy)
-        assert batch.metrics["rollout/vector_utilization"] == 1.0
         total_used += int(batch.mask.sum())
     # Every simulated transition is counted; the batches used all but those still in flight.
     assert collector.total_env_steps >= total_used

@@ -163,3 +163,10 @@ def test_sft_warm_start_fits_answers_and_applies_weight_decay(resolve: Callable[
 def test_sft_weight_decay_must_be_non_negative(run_cli: Callable[..., Any]) -> None:
     proc = run_cli("env=quadratic", "text.sft_weight_decay=-0.1", check=False)
     assert proc.returncode == 2 and "text.sft_weight_decay=-0.1 must be >= 0" in proc.stderr
+
+
+def test_prompt_sampling_is_checked_before_training(run_cli: Callable[..., Any]) -> None:
+    proc = run_cli("env=arithmetic", "text.prompt_sampling=worst", "text.hard_floor=0", check=False)
+    assert proc.returncode == 2
+    assert "text.prompt_sampling='worst' is not valid; choose one of uniform, hard" in proc.stderr
+    assert "text.hard_floor=0 must be > 0" in proc.stderr

@@ -140,6 +140,10 @@ def text_config_errors(cfg: DictConfig) -> list[str]:
         errors.append(f"text.top_p={t.top_p} must be in (0, 1]")
     if int(t.get("sft_steps", 0) or 0) < 0:
         errors.append(f"text.sft_steps={t.sft_steps} must be >= 0 (0 = no supervised warm start)")
+    if str(t.get("prompt_sampling", "uniform")) not in ("uniform", "hard"):
+        errors.append(f"text.prompt_sampling={t.prompt_sampling!r} is not valid; choose one of uniform, hard")
+    if float(t.get("hard_floor", 0.1)) <= 0:
+        errors.append(f"text.hard_floor={t.hard_floor} must be > 0 (solved prompts keep a nonzero weight)")
     if float(t.get("sft_weight_decay", 0.0) or 0.0) < 0:
         errors.append(f"text.sft_weight_decay={t.sft_weight_decay} must be >= 0")
     if not m.path and str(m.arch) not in ("gpt2", "qwen2"):

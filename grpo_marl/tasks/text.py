@@ -145,9 +145,7 @@ class TextTask:
         self.rng = np.random.default_rng(int(cfg.seed))
         self._order = np.empty(0, dtype=np.int64)
         self._pos = 0
-        self.prompt_sampling = str(t.get("prompt_sampling", "uniform"))
-        if self.prompt_sampling not in ("uniform", "hard"):
-            raise ValueError(f"text.prompt_sampling={self.prompt_sampling!r}; use uniform or hard")
+        self.prompt_sampling = str(t.get("prompt_sampling", "uniform"))  # validated in envs.text
         self.hard_floor = float(t.get("hard_floor", 0.1))
         # Running per-prompt accuracy of the sampled completions (prompt_sampling=hard).
         self._prompt_acc = np.zeros(len(self.train_set), dtype=np.float64)
