@@ -1,0 +1,289 @@
+"""The one vector-env contract every collector uses, for every env kind.
+
+Every array carries an env axis and an agent axis, ``[E, A, ...]``; a Gymnasium env is the
+one-agent case (``A = 1``, agent ``"agent"``). Agents are in ``layout.agents`` order.
+
+Semantics (the same for Gymnasium native/sync/async, PettingZoo in-process/workers and the
+batched numpy ports):
+
+* **No automatic reset.** An env whose episode ended is *done*: it is not stepped again, its row
+  keeps the final observation (``alive`` False, ``rewards`` 0) until the collector resets it with
+  :meth:`VecEnv.reset` (all envs, or a subset with ``indices``). Episode collectors reset whole
+  groups; streaming and fixed-horizon collectors reset finished envs as they go. So the final
+  observation of an episode is simply the observation of the step that ended it (what truncation
+  bootstrapping needs), and no env steps are wasted on finished envs.
+* **Per-env seeds.** ``reset(seeds)``: envs given the same seed start from the same state (seed
+  groups); a fresh seed per env gives independent episodes.
+* **Snapshots.** ``snapshot(indices)`` returns an opaque, independent copy of each env's state
+  (physics, step counter, RNG); ``restore(indices, snaps)`` puts envs into them (mid-episode,
+  not done). Where it cannot be done, ``supports_snapshot`` is False and both raise
+  :class:`SnapshotUnsupported` naming what to change.
+* **Exact resume.** ``get_state()`` / ``set_state()`` carry everything that determines every
+  env's future (all envs' states, done flags and any RNG that draws initial states).
+* **Errors.** An exception inside an env (here or in a worker process), a malformed observation
+  or a non-finite value is raised as :class:`grpo_marl.errors.EnvError` naming the env, the vector
+  index and the episode's reset seed.
+
+Observations: vector spaces (Box, Discrete/MultiDiscrete one-hot, MultiBinary) are flattened to
+``float32[D]``, zero-padded to the largest agent's ``D``; image spaces (a uint8 Box of rank 3,
+shared by every agent) stay ``uint8[H, W, C]`` and are converted to float only inside the
+policy's encoder. Actions: ``int64[E, A]`` (discrete) or ``float32[E, A, k]`` (Box); rows of done
+envs and of agents that are not alive are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from grpo_marl.errors import UserInputError
+
+
+class SnapshotUnsupported(UserInputError):
+    """This vector env cannot snapshot/restore its envs (e.g. async workers of plain Gymnasium
+    envs); the message names the setting to change."""
+
+
+@dataclass
+class Step:
+    """One reset/step of ``E`` envs (or of the reset subset), agent axis ``A``.
+
+    obs: ``[E, A, *obs_shape]`` (``layout.obs_dtype``); for a done env the final observation.
+    rewards / terminated / truncated: ``[E, A]`` of the step just taken (zeros at reset).
+    alive: ``[E, A]`` the agent acts on ``obs`` at the next step.
+    env_done: ``[E]`` the env's episode is over (every agent finished).
+    action_mask: ``[E, A, K]`` bool where the env hands out masks, else None.
+    state: ``[E, S]`` float32 global state (``env.state()``) when the vec env was built with
+    ``with_state=True``, else None.
+    """
+
+    obs: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    alive: np.ndarray
+    env_done: np.ndarray
+    action_mask: np.ndarray | None = None
+    state: np.ndarray | None = None
+
+    def rows(self, idx: np.ndarray | Sequence[int]) -> Step:
+        """The sub-record of envs ``idx``."""
+        idx = np.asarray(idx, dtype=np.int64)
+        return Step(
+            obs=self.obs[idx],
+            rewards=self.rewards[idx],
+            terminated=self.terminated[idx],
+            truncated=self.truncated[idx],
+            alive=self.alive[idx],
+            env_done=self.env_done[idx],
+            action_mask=None if self.action_mask is None else self.action_mask[idx],
+            state=None if self.state is None else self.state[idx],
+        )
+
+    def copy(self) -> Step:
+        return self.rows(np.arange(len(self.env_done)))
+
+    def put(self, idx: np.ndarray | Sequence[int], other: Step) -> None:
+        """Write ``other``'s rows into rows ``idx`` of this record (in place)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        self.obs[idx] = other.obs
+        self.rewards[idx] = other.rewards
+        self.terminated[idx] = other.terminated
+        self.truncated[idx] = other.truncated
+        self.alive[idx] = other.alive
+        self.env_done[idx] = other.env_done
+        if self.action_mask is not None and other.action_mask is not None:
+            self.action_mask[idx] = other.action_mask
+        if self.state is not None and other.state is not None:
+            self.state[idx] = other.state
+
+    @staticmethod
+    def cat(parts: Sequence[Step]) -> Step:
+        """Concatenate along the env axis (worker slices -> one record)."""
+        if len(parts) == 1:
+            return parts[0]
+        first = parts[0]
+        return Step(
+            obs=np.concatenate([p.obs for p in parts]),
+            rewards=np.concatenate([p.rewards for p in parts]),
+            terminated=np.concatenate([p.terminated for p in parts]),
+            truncated=np.concatenate([p.truncated for p in parts]),
+            alive=np.concatenate([p.alive for p in parts]),
+            env_done=np.concatenate([p.env_done for p in parts]),
+            action_mask=None if first.action_mask is None else np.concatenate([p.action_mask for p in parts]),  # type: ignore[misc]
+            state=None if first.state is None else np.concatenate([p.state for p in parts]),  # type: ignore[misc]
+        )
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the arrays of a vector env look like (the same for every env of it).
+
+    agents: agent names (``("agent",)`` for Gymnasium). observation_spaces / action_spaces: the
+    raw per-agent spaces. obs_shape / obs_dtype: per-agent observation in the arrays (see the
+    module docstring). obs_dims: flattened length of each agent's own observation (vector spaces;
+    the rest of ``obs_shape`` is padding). n_actions: discrete action count per agent (0 for Box);
+    action_dims: 1 (discrete) or the Box size; max_actions: width of ``action_mask``;
+    continuous: Box actions; has_action_mask: the env hands out masks; state_dim: ``env.state()``
+    length (0 without a global state).
+    """
+
+    agents: tuple[str, ...]
+    observation_spaces: tuple[Any, ...]
+    action_spaces: tuple[Any, ...]
+    obs_shape: tuple[int, ...]
+    obs_dtype: Any
+    obs_dims: tuple[int, ...]
+    n_actions: tuple[int, ...]
+    action_dims: tuple[int, ...]
+    max_actions: int
+    continuous: bool
+    has_action_mask: bool = False
+    state_dim: int = 0
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def is_image(self) -> bool:
+        return len(self.obs_shape) == 3
+
+    def action_array(self, num_envs: int) -> np.ndarray:
+        """A zero action array of the right shape and dtype for ``num_envs`` envs."""
+        if self.continuous:
+            return np.zeros((num_envs, self.num_agents, max(self.action_dims)), np.float32)
+        return np.zeros((num_envs, self.num_agents), np.int64)
+
+    def blank(self, num_envs: int, with_state: bool = False) -> Step:
+        """A record of ``num_envs`` done envs (zeros, nothing alive)."""
+        n, a = num_envs, self.num_agents
+        return Step(
+            obs=np.zeros((n, a, *self.obs_shape), self.obs_dtype),
+            rewards=np.zeros((n, a), np.float32),
+            terminated=np.zeros((n, a), bool),
+            truncated=np.zeros((n, a), bool),
+            alive=np.zeros((n, a), bool),
+            env_done=np.ones(n, bool),
+            action_mask=np.zeros((n, a, max(self.max_actions, 1)), bool) if self.has_action_mask else None,
+            state=np.zeros((n, self.state_dim), np.float32) if with_state else None,
+        )
+
+
+def layout_of(
+    agents: Sequence[str],
+    observation_spaces: Sequence[Any],
+    action_spaces: Sequence[Any],
+    has_action_mask: bool = False,
+    state_dim: int = 0,
+) -> Layout:
+    """Build the :class:`Layout` of per-agent spaces (checks they can share one array)."""
+    from gymnasium import spaces
+
+    from grpo_marl.vec.spaces import flat_obs_dim, is_image_space, obs_part
+
+    obs_parts = [obs_part(s) for s in observation_spaces]
+    if all(is_image_space(s) for s in obs_parts):
+        shapes = {tuple(int(d) for d in s.shape) for s in obs_parts}
+        if len(shapes) != 1:
+            raise UserInputError(f"image observations of different shapes {sorted(shapes)} cannot share one array")
+        obs_shape = shapes.pop()
+        obs_dtype: Any = np.uint8
+        obs_dims = tuple(int(np.prod(obs_shape)) for _ in obs_parts)
+    else:
+        obs_dims = tuple(flat_obs_dim(s) for s in obs_parts)
+        obs_shape = (max(obs_dims),)
+        obs_dtype = np.float32
+    n_actions: list[int] = []
+    action_dims: list[int] = []
+    for agent, sp in zip(agents, action_spaces, strict=True):
+        if isinstance(sp, spaces.Discrete):
+            n_actions.append(int(sp.n))
+            action_dims.append(1)
+        elif isinstance(sp, spaces.Box):
+            n_actions.append(0)
+            action_dims.append(int(np.prod(sp.shape)))
+        else:
+            from grpo_marl.errors import UnsupportedSpaceError
+
+            raise UnsupportedSpaceError(
+                f"action space {sp} of agent {agent!r} is not supported; supported: Discrete and Box"
+            )
+    continuous = any(n == 0 for n in n_actions)
+    if continuous and any(n > 0 for n in n_actions):
+        from grpo_marl.errors import UnsupportedSpaceError
+
+        raise UnsupportedSpaceError("mixing discrete and continuous action spaces in one env is not supported")
+    return Layout(
+        agents=tuple(agents),
+        observation_spaces=tuple(observation_spaces),
+        action_spaces=tuple(action_spaces),
+        obs_shape=obs_shape,
+        obs_dtype=obs_dtype,
+        obs_dims=obs_dims,
+        n_actions=tuple(n_actions),
+        action_dims=tuple(action_dims),
+        max_actions=0 if continuous else max(n_actions),
+        continuous=continuous,
+        has_action_mask=has_action_mask,
+        state_dim=int(state_dim),
+    )
+
+
+class VecEnv:
+    """Base of every vector env (see the module docstring for the contract).
+
+    Subclasses set ``num_envs``, ``layout``, ``name``, ``max_episode_steps`` and
+    ``supports_snapshot`` and implement ``reset``/``step``; snapshot support is optional.
+    """
+
+    num_envs: int
+    layout: Layout
+    name: str = "env"
+    max_episode_steps: int | None = None
+    supports_snapshot: bool = False
+    with_state: bool = False
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return self.layout.agents
+
+    def reset(self, seeds: Sequence[int], indices: Sequence[int] | None = None) -> Step:
+        """Reset envs ``indices`` (all when None) with ``seeds`` (one per reset env) and return
+        their first step (rows in ``indices`` order)."""
+        raise NotImplementedError
+
+    def step(self, actions: np.ndarray) -> Step:
+        """Step every env that is not done; returns the record of all ``E`` envs."""
+        raise NotImplementedError
+
+    def snapshot(self, indices: Sequence[int]) -> list[Any]:
+        raise SnapshotUnsupported(self._no_snapshot())
+
+    def restore(self, indices: Sequence[int], snaps: Sequence[Any]) -> None:
+        raise SnapshotUnsupported(self._no_snapshot())
+
+    def _no_snapshot(self) -> str:
+        return (
+            f"{type(self).__name__} (env {self.name!r}) cannot snapshot or restore its envs; "
+            "set vec.vectorization=sync for state groups, streaming rollouts or exact resume"
+        )
+
+    def get_state(self) -> Any:
+        """Everything that determines every env's future (exact resume)."""
+        return self.snapshot(list(range(self.num_envs)))
+
+    def set_state(self, state: Any) -> None:
+        self.restore(list(range(self.num_envs)), state)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> VecEnv:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
