@@ -1,11 +1,97 @@
-"""Plumbing shared by Tasks that own a training vector env, an eval vector env and a collector."""
+"""The Task seam: everything env-kind-specific the trainer and the algorithms need.
+
+The trainer never looks at an env, a vector env or a collector: it builds a Task (one per env
+kind: ``gym``/``pettingzoo`` share :class:`grpo_marl.tasks.control.ControlTask`, ``text`` has its
+own) and calls the methods below. Optional hooks have no-op defaults here, so callers never probe
+with ``getattr``.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torch import Tensor, nn
+
+from grpo_marl.batch import Batch
+
+if TYPE_CHECKING:
+    from grpo_marl.logging import RunLogger
 
 
-class CollectorTask:
+class Task:
+    """Base class of every Task. Subclasses set :attr:`policy` and implement the abstract methods.
+
+    input_keys: batch keys the policy needs to score actions (minibatches carry them).
+    extra_keys: further per-rollout keys kept in sequence-layout minibatches.
+    minibatch_by: ``"step"`` (valid steps are flattened and shuffled) or ``"sequence"`` (whole
+    rollouts, e.g. token sequences of a completion).
+    threshold_metric: the evaluation metric compared with ``train.threshold``.
+    """
+
+    policy: nn.Module
+    input_keys: tuple[str, ...] = ("obs", "actions")
+    extra_keys: tuple[str, ...] = ()
+    minibatch_by: str = "step"
+    threshold_metric: str = "eval/return_mean"
+
+    # -- counters ------------------------------------------------------------------------------
+    @property
+    def env_steps(self) -> int:
+        """Env steps (or completions, for text) collected by this process so far."""
+        raise NotImplementedError
+
+    def set_env_steps(self, steps: int) -> None:
+        raise NotImplementedError
+
+    # -- data ----------------------------------------------------------------------------------
+    def collect(self, policy: nn.Module) -> Batch:
+        raise NotImplementedError
+
+    def log_prob(self, policy: nn.Module, mb: dict[str, Tensor], need_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
+        """Differentiable log-probs (and entropies) of ``mb``'s actions under ``policy``."""
+        raise NotImplementedError
+
+    def evaluate(self, policy: nn.Module, episodes: int, seed_offset: int = 0) -> dict[str, float]:
+        raise NotImplementedError
+
+    # -- optional hooks ------------------------------------------------------------------------
+    def reference_policy(self) -> nn.Module:
+        """A frozen copy of the policy for the KL term (LLM tasks share the base weights)."""
+        ref = copy.deepcopy(self.policy)
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
+
+    def attach_run(self, run_dir: Path, logger: RunLogger, is_main: bool) -> None:
+        """Called once the run directory and its logger exist (tasks that log text use it)."""
+
+    def end_update(self, batch: Batch) -> None:
+        """After the optimizer step of ``batch`` (e.g. update observation statistics)."""
+
+    def finish(self, run_dir: Path, is_main: bool) -> dict[str, Any]:
+        """At the end of training: write artifacts (e.g. a model directory) into ``run_dir``
+        and return what ``summary.json`` should say about them."""
+        return {}
+
+    def summary_extra(self) -> dict[str, Any]:
+        """Task-specific entries of ``summary.json`` (per-agent returns, throughput, ...)."""
+        return {}
+
+    # -- resume / end --------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class CollectorTask(Task):
     """Resume state is the collector's (RNG, archives, step counters); closing frees both envs."""
 
     vec: Any
