@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -91,7 +91,7 @@ class _MpeVec(VecEnv):
     supports_snapshot = True
     name = "mpe"
     # mpe2 kwargs of this scenario and their defaults (refused when not listed here)
-    _DEFAULTS: dict[str, Any] = {}
+    _DEFAULTS: ClassVar[dict[str, Any]] = {}
 
     # -- scenario declaration (set by _build) ----------------------------------------------
     agent_names: list[str]
@@ -540,7 +540,7 @@ class SimpleSpreadVec(_MpeVec):
     """
 
     name = "simple_spread_v3"
-    _DEFAULTS = {
+    _DEFAULTS: ClassVar[dict[str, Any]] = {
         "N": 3,
         "local_ratio": 0.5,
         "max_cycles": 25,
@@ -634,7 +634,7 @@ class SimpleSpeakerListenerVec(_MpeVec):
     """
 
     name = "simple_speaker_listener_v4"
-    _DEFAULTS = {
+    _DEFAULTS: ClassVar[dict[str, Any]] = {
         "max_cycles": 25,
         "continuous_actions": False,
         "render_mode": None,
@@ -689,7 +689,7 @@ class SimpleReferenceVec(_MpeVec):
     """
 
     name = "simple_reference_v3"
-    _DEFAULTS = {
+    _DEFAULTS: ClassVar[dict[str, Any]] = {
         "local_ratio": 0.5,
         "max_cycles": 25,
         "continuous_actions": False,
