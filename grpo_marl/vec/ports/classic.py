@@ -362,7 +362,7 @@ class PendulumVec(_ClassicVec):
     max_torque = 2.0
     dt = 0.05
     m = 1.0
-    l = 1.0  # noqa: E741 (the original's name)
+    l = 1.0
 
     def _configure(self, kw: dict[str, Any]) -> None:
         self.g = kw["g"]
@@ -376,7 +376,7 @@ class PendulumVec(_ClassicVec):
         self, s: np.ndarray, a: np.ndarray, fresh: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         th, thdot = s[:, 0], s[:, 1]
-        g, m, l, dt = self.g, self.m, self.l, self.dt  # noqa: E741
+        g, m, l, dt = self.g, self.m, self.l, self.dt
         u = np.clip(a, -self.max_torque, self.max_torque)[:, 0]  # float32
         costs = _pow2(_angle_normalize(th)) + 0.1 * _pow2(thdot) + 0.001 * _pow2(u)
         newthdot = thdot + (3 * g / (2 * l) * np.sin(th) + 3.0 / (m * l**2) * u) * dt
