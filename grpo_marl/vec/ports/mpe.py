@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -58,6 +58,7 @@ class _World:
     lpos: np.ndarray  # [n, L, 2] float64 landmark positions (landmarks never move)
     comm: np.ndarray  # [n, A, dim_c] float64 communication states (zeros for silent agents)
     goal: np.ndarray  # [n, G] int64 scenario goals (landmark indices); G may be 0
+    cache: dict = field(default_factory=dict)  # geometry shared by a step's observation and reward
 
     def rows(self, idx: Any) -> _World:
         return _World(self.apos[idx], self.avel[idx], self.lpos[idx], self.comm[idx], self.goal[idx])
@@ -192,8 +193,19 @@ class _MpeVec(VecEnv):
         self._collisions = len(ca) >= 1 and len(ca) + len(cl) >= 2 and bool(np.any(self.movable[ca]))
         if self._collisions:
             sizes = np.concatenate([self.agent_size[ca], self.landmark_size[cl]])
-            self._dist_min = sizes[:, None] + sizes[None, :]
-            self._eye_coll = np.eye(len(sizes))
+            C = len(sizes)
+            # every ordered pair (i, j), flattened i-major; the soft-contact penetration is symmetric,
+            # so it is computed once per unordered pair and gathered back (the diagonal borrows any
+            # pair: its force is 0 * finite)
+            self._pi, self._pj = np.repeat(np.arange(C), C), np.tile(np.arange(C), C)
+            self._dist_min = (sizes[:, None] + sizes[None, :]).ravel()
+            self._eye_coll = np.eye(C).ravel()
+            iu, ju = np.triu_indices(C, 1)
+            self._upper = iu * C + ju
+            pair_of = np.zeros((C, C), np.int64)
+            pair_of[iu, ju] = np.arange(len(iu))
+            pair_of[ju, iu] = np.arange(len(iu))
+            self._pair_of = pair_of.ravel()
             # rows of the movable agents that collide (in the movable block) / in the collider list
             mv_list = list(mv)
             self._coll_mv = np.array([mv_list.index(a) for a in ca if a in mv_list], np.int64)
@@ -435,16 +447,23 @@ class _MpeVec(VecEnv):
         P = w.apos[:, self._ca]
         if len(self._cl):
             P = np.concatenate([P, w.lpos[:, self._cl]], axis=1)
-        delta = P[:, :, None, :] - P[:, None, :, :]  # [E, C, C, 2]: p_i - p_j
+        E, C = P.shape[0], P.shape[1]
+        delta = np.take(P, self._pi, axis=1) - np.take(P, self._pj, axis=1)  # [E, C*C, 2]: p_i - p_j
         sq = np.square(delta)
         # the diagonal (an entity with itself) gets distance 1 so it contributes a zero force
         dist = np.sqrt(sq[..., 0] + sq[..., 1]) + self._eye_coll
         k = _CONTACT_MARGIN
-        pen = np.logaddexp(0, -(dist - self._dist_min) / k) * k
+        upper = np.take(dist, self._upper, axis=1)
+        pen = np.logaddexp(0, -(upper - np.take(self._dist_min, self._upper)) / k) * k
+        pen = np.take(pen, self._pair_of, axis=1)
         F = _CONTACT_FORCE * delta / dist[..., None] * pen[..., None]
         rows = self._coll_rows
-        terms = np.concatenate([u[:, self._coll_mv, None, :], F[:, rows]], axis=2)
-        total = np.cumsum(terms, axis=2)[:, :, -1]  # sequential: ((u + f_0) + f_1) + ...
+        # terms[0] = action force, terms[1 + j] = force from partner j; a reduction over the leading
+        # axis adds them one after another, ((u + f_0) + f_1) + ..., which is mpe2's order
+        terms = np.empty((C + 1, E, len(rows), 2))
+        terms[0] = u[:, self._coll_mv]
+        terms[1:] = F.reshape(E, C, C, 2)[:, rows].transpose(2, 0, 1, 3)
+        total = np.add.reduce(terms, axis=0)
         if len(rows) == u.shape[1]:
             return total
         force = u.copy()
@@ -517,11 +536,6 @@ class _MpeVec(VecEnv):
         )
 
 
-def _rel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``b_j - a_i`` for every pair: ``[n, I, J, 2]``."""
-    return b[:, None, :, :] - a[:, :, None, :]
-
-
 def _norm(d: np.ndarray) -> np.ndarray:
     """mpe2's ``np.sqrt(np.sum(np.square(d)))`` over the last (x, y) axis."""
     sq = np.square(d)
@@ -582,8 +596,10 @@ class SimpleSpreadVec(_MpeVec):
         self.max_speed = np.full(N, np.inf)
         self.mass = np.ones(N)
         self.obs_dims = [4 + 2 * N + 2 * (N - 1) + self.dim_c * (N - 1)] * N
-        self._sizes_sum = self.agent_size[:, None] + self.agent_size[None, :]
-        self._offdiag = ~np.eye(N, dtype=bool)
+        others = [[j for j in range(N) if j != i] for i in range(N)]
+        self._oi, self._oj = np.repeat(np.arange(N), N - 1), np.array(others, np.int64).ravel()
+        self._li, self._lj = np.repeat(np.arange(N), N), np.tile(np.arange(N), N)
+        self._sizes_sum = (self.agent_size[self._oi] + self.agent_size[self._oj]).reshape(N, N - 1)
 
     def advance_curriculum(self) -> None:
         """Move to the next curriculum stage (stage 1 restores the collision penalty)."""
@@ -592,37 +608,50 @@ class SimpleSpreadVec(_MpeVec):
     def set_curriculum_stage(self, stage: int) -> None:
         self.curriculum_stage = max(0, min(int(stage), 1))
 
+    def _geometry(self, w: _World) -> tuple[np.ndarray, np.ndarray]:
+        """(landmark - agent ``[n, N*L, 2]``, other agent - agent ``[n, N*(N-1), 2]``), i-major,
+        computed once per world and shared by the observation and the reward."""
+        if "rel" not in w.cache:
+            lm = np.take(w.lpos, self._lj, axis=1) - np.take(w.apos, self._li, axis=1)
+            ag = np.take(w.apos, self._oj, axis=1) - np.take(w.apos, self._oi, axis=1)
+            w.cache["rel"] = (lm, ag)
+        return w.cache["rel"]
+
     def _observe(self, w: _World) -> np.ndarray:
         n, N = w.apos.shape[0], len(self.agent_names)
+        lm, ag = self._geometry(w)
         out = np.empty((n, N, self.obs_dims[0]), np.float32)
         out[:, :, 0:2] = w.avel
         out[:, :, 2:4] = w.apos
         o = 4 + 2 * N
-        out[:, :, 4:o] = _rel(w.apos, w.lpos).reshape(n, N, 2 * N)
-        others = self._others
-        out[:, :, o : o + 2 * (N - 1)] = _rel(w.apos, w.apos)[:, self._agents_idx, others].reshape(n, N, -1)
-        out[:, :, o + 2 * (N - 1) :] = w.comm[:, others].reshape(n, N, -1)
+        out[:, :, 4:o] = lm.reshape(n, N, 2 * N)
+        out[:, :, o : o + 2 * (N - 1)] = ag.reshape(n, N, 2 * (N - 1))
+        out[:, :, o + 2 * (N - 1) :] = np.take(w.comm, self._oj, axis=1).reshape(n, N, -1)
         return out
 
-    def _agent_landmark_dist(self, w: _World) -> np.ndarray:
-        return _norm(w.apos[:, :, None, :] - w.lpos[:, None, :, :])  # [n, agent, landmark]
+    def _nearest(self, w: _World) -> np.ndarray:
+        """Each landmark's distance to its nearest agent ``[n, L]``."""
+        n, N = w.apos.shape[0], len(self.agent_names)
+        return _norm(self._geometry(w)[0]).reshape(n, N, N).min(axis=1)
 
     def _reward(self, w: _World) -> np.ndarray:
-        nearest = self._agent_landmark_dist(w).min(axis=1)  # [n, L]
-        glob = -np.cumsum(nearest, axis=1)[:, -1]  # mpe2's ``rew -= min(dists)`` per landmark, in order
+        n, N = w.apos.shape[0], len(self.agent_names)
+        nearest = self._nearest(w)
+        # mpe2's ``rew -= min(dists)`` per landmark, in order: a reduction over a leading axis is
+        # sequential (a last-axis sum would be pairwise and could round differently)
+        glob = -np.add.reduce(np.ascontiguousarray(nearest.T), axis=0)
         if not self.curriculum or self.curriculum_stage >= 1:
-            hits = (_norm(_rel(w.apos, w.apos)) < self._sizes_sum) & self._offdiag
+            hits = _norm(self._geometry(w)[1]).reshape(n, N, N - 1) < self._sizes_sum
             local = -hits.sum(axis=2).astype(np.float64)
         else:
-            local = np.zeros(w.apos.shape[:2])
+            local = np.zeros((n, N))
         lr = self.local_ratio
         return glob[:, None] * (1 - lr) + local * lr
 
     def _terminal(self, w: _World) -> np.ndarray | None:
         if not self.terminate_on_success:
             return None
-        nearest = self._agent_landmark_dist(w).min(axis=1)
-        return (nearest < self.CAPTURE_RADIUS).all(axis=1)
+        return (self._nearest(w) < self.CAPTURE_RADIUS).all(axis=1)
 
 
 class SimpleSpeakerListenerVec(_MpeVec):
@@ -698,6 +727,7 @@ class SimpleReferenceVec(_MpeVec):
         "benchmark_data": False,
     }
     n_goals = 2
+    _LI, _LJ = np.repeat(np.arange(2), 3), np.tile(np.arange(3), 2)  # (agent, landmark) pairs, agent-major
     _COLORS = np.array([[0.75, 0.25, 0.25], [0.25, 0.75, 0.25], [0.25, 0.25, 0.75]])
 
     def _build(self, kw: dict[str, Any]) -> None:
@@ -724,7 +754,7 @@ class SimpleReferenceVec(_MpeVec):
         n = w.apos.shape[0]
         out = np.empty((n, 2, self.obs_dims[0]), np.float32)
         out[:, :, 0:2] = w.avel
-        out[:, :, 2:8] = _rel(w.apos, w.lpos).reshape(n, 2, 6)
+        out[:, :, 2:8] = (np.take(w.lpos, self._LJ, axis=1) - np.take(w.apos, self._LI, axis=1)).reshape(n, 2, 6)
         out[:, :, 8:11] = self._COLORS[w.goal]
         out[:, :, 11:21] = w.comm[:, ::-1]  # the other agent's utterance
         return out
