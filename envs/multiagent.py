@@ -28,7 +28,6 @@ import functools
 from typing import Any
 
 import grpo_marl.marl.config  # noqa: F401  (registers the marl config validator)
-import grpo_marl.marl.ppo  # noqa: F401  (registers algo=ippo / algo=mappo)
 from grpo_marl.marl.envs import MARL_ENVS, make_parallel_env
 from grpo_marl.registry import register_env
 

@@ -16,8 +16,14 @@ Conventions
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import numpy as np
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from grpo_marl.groups import AgentGroups
 
 __all__ = [
     "SCALES",
@@ -363,3 +369,37 @@ def gae(
         advantages[t] = last_gae
         next_values = values[t]
     return advantages, advantages + values
+
+
+def agent_group_returns(
+    returns: Tensor, member_ids: np.ndarray
+) -> tuple[Tensor, Tensor]:
+    """Gather per-rollout returns ``[E * A]`` into ``[groups, width]`` plus the validity mask."""
+    ids = torch.as_tensor(member_ids)
+    valid = ids >= 0
+    gathered = returns[ids.clamp(min=0)]
+    return torch.where(valid, gathered, torch.zeros_like(gathered)), valid
+
+
+def agent_group_advantages(
+    returns: Tensor,
+    grouping: str,
+    num_seed_groups: int,
+    group_size: int,
+    groups: "AgentGroups",
+    scale: str = "group",
+    eps: float = 1e-6,
+) -> Tensor:
+    """Outcome advantages of every rollout (``returns[E * A]``, rollout ``e * A + a``) under
+    ``grouping``; returns ``[E * A]`` in rollout order. Built on ``group_advantages`` so the
+    multi-agent path normalizes exactly like the single-agent one."""
+    from grpo_marl.groups import arrange_groups
+
+    ids = arrange_groups(grouping, num_seed_groups, group_size, groups)
+    grouped, valid = agent_group_returns(returns, ids)
+    adv = group_advantages(grouped, scale=scale, eps=eps, mask=valid)
+    out = torch.zeros_like(returns, dtype=adv.dtype)
+    flat_ids = torch.as_tensor(ids).reshape(-1)
+    keep = flat_ids >= 0
+    out[flat_ids[keep]] = adv.reshape(-1)[keep]
+    return out

@@ -7,7 +7,8 @@ touch ``torch.distributed`` (every helper here is a no-op for them).
 
 Semantics (documented in the README): ``total_steps`` and the batch sizes in the config are
 *global*. Each rank collects ``1/N`` of them (:func:`rank_config` divides ``algo.num_groups`` for
-GRPO, ``algo.n_envs`` for PPO, and ``total_steps``), so N ranks do the same amount of work per
+GRPO, ``algo.n_envs`` for PPO/MAPPO/IPPO — each algorithm declares its ``split_keys`` — and
+``total_steps``), so N ranks do the same amount of work per
 update as one process and finish in ~1/N of the collection time; env steps are summed over ranks
 and metrics averaged, so logs read the same at any N. Only rank 0 writes files.
 
@@ -40,12 +41,6 @@ from grpo_marl.config import register_validator
 #: Environment variable: a directory where every rank writes ``rank<r>.json`` with a hash of its
 #: trained parameters at the end of a run (tests use it to check that ranks stayed identical).
 PARAM_HASH_ENV = "GRPO_MARL_DEBUG_PARAM_HASH"
-
-#: Config keys each rank divides by the world size, per algorithm: the *global* batch is split.
-SPLIT_KEYS: dict[str, tuple[str, ...]] = {
-    "grpo": ("algo.num_groups", "vec.num_envs"),
-    "ppo": ("algo.n_envs", "vec.num_envs"),
-}
 
 #: Rank ``r`` seeds its collector and sampling RNGs with ``seed + SEED_STRIDE * r``.
 SEED_STRIDE = 1000
@@ -138,7 +133,11 @@ def _coll_device(ctx: DistContext) -> torch.device:
 
 # -- per-rank config ------------------------------------------------------------------------------
 def split_keys(cfg: DictConfig) -> tuple[str, ...]:
-    return SPLIT_KEYS.get(str(cfg.algo.name), ("algo.num_groups",))
+    """Config keys each rank divides by the world size: the *global* batch sizes the algorithm
+    declares (``Algorithm.split_keys``)."""
+    from grpo_marl.algos import get_algo
+
+    return get_algo(str(cfg.algo.name)).split_keys
 
 
 def rank_config(cfg: DictConfig, ctx: DistContext, seed_offset: int = 0) -> DictConfig:
@@ -199,12 +198,12 @@ class _LossModule(nn.Module):
         self.trained = nn.ModuleDict(modules)
         self.loss_fn = loss_fn
 
-    def forward(self, mb: dict[str, torch.Tensor] | None, weight_scale: float) -> dict[str, torch.Tensor]:
+    def forward(self, mb: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
         if mb is None:
             params = [p for p in self.parameters() if p.requires_grad]
             zero = torch.stack([(p * 0.0).sum().float() for p in params]).sum()
             return {"loss": zero}
-        return self.loss_fn(mb, weight_scale)
+        return self.loss_fn(mb)
 
 
 class DataParallel:
@@ -243,12 +242,12 @@ class DataParallel:
                 **no_fwd_sync,
             )
 
-    def loss(self, mb: dict[str, torch.Tensor] | None, weight_scale: float) -> dict[str, torch.Tensor]:
+    def loss(self, mb: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
         if self.ddp is not None:
-            return self.ddp(mb, weight_scale)
+            return self.ddp(mb)
         if mb is None:
             raise ValueError("a single-process run has no empty-rank minibatches")
-        return self.loss_fn(mb, weight_scale)
+        return self.loss_fn(mb)
 
     def sync_buffers(self) -> None:
         """Average floating-point buffers (running observation statistics) over ranks, so every

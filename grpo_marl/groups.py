@@ -1,4 +1,4 @@
-"""Agent -> group maps, per-group spaces, and observation flattening.
+"""Agent-groups and group modes: which rollouts share parameters and which are compared.
 
 An *agent-group* is a set of agents that are interchangeable for learning: same observation and
 action spaces, one shared parameter set (unless ``share="agent"``), and — for GRPO's ``agent``
@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
+from torch import Tensor
+
+from grpo_marl.vec.spaces import action_mask_of, flat_obs_dim
 
 _INDEX_SUFFIX = re.compile(r"_\d+$")
 
@@ -55,64 +59,6 @@ def resolve_group_map(
             claimed[a] = group
             mapping[a] = group
     return mapping
-
-
-# --------------------------------------------------------------------------------------------
-# observation / action space handling
-# --------------------------------------------------------------------------------------------
-
-
-def _obs_part(space: Any) -> Any:
-    """The observation sub-space of a ``Dict(observation=..., action_mask=...)`` space."""
-    from gymnasium import spaces
-
-    if isinstance(space, spaces.Dict) and "observation" in space.spaces:
-        return space.spaces["observation"]
-    return space
-
-
-def flat_obs_dim(space: Any) -> int:
-    """Length of the float vector :func:`flatten_obs` produces for ``space``."""
-    from gymnasium import spaces
-
-    space = _obs_part(space)
-    if isinstance(space, spaces.Discrete):
-        return int(space.n)
-    if isinstance(space, spaces.MultiDiscrete):
-        return int(np.sum(space.nvec))
-    if isinstance(space, spaces.Box | spaces.MultiBinary):
-        return int(np.prod(space.shape))
-    raise TypeError(f"observation space {space} is not supported (Box, Discrete, MultiDiscrete, MultiBinary)")
-
-
-def flatten_obs(space: Any, obs: Any, out: np.ndarray | None = None) -> np.ndarray:
-    """Observation -> float32 vector (Discrete/MultiDiscrete one-hot; Box/MultiBinary flattened)."""
-    from gymnasium import spaces
-
-    inner = _obs_part(space)
-    if isinstance(obs, dict) and "observation" in obs:
-        obs = obs["observation"]
-    dim = flat_obs_dim(inner)
-    vec = np.zeros(dim, np.float32) if out is None else out
-    if isinstance(inner, spaces.Discrete):
-        vec[:] = 0.0
-        vec[int(obs) - int(inner.start)] = 1.0
-    elif isinstance(inner, spaces.MultiDiscrete):
-        vec[:] = 0.0
-        offsets = np.concatenate([[0], np.cumsum(inner.nvec.ravel())[:-1]])
-        vec[offsets + np.asarray(obs).ravel()] = 1.0
-    else:
-        vec[:] = np.asarray(obs, dtype=np.float32).ravel()
-    return vec
-
-
-def action_mask_of(obs: Any, info: Mapping[str, Any] | None) -> np.ndarray | None:
-    """The env-provided action mask (``obs["action_mask"]`` or ``info["action_mask"]``), if any."""
-    if isinstance(obs, dict) and "action_mask" in obs:
-        return np.asarray(obs["action_mask"], dtype=bool)
-    if info and "action_mask" in info:
-        return np.asarray(info["action_mask"], dtype=bool)
-    return None
 
 
 @dataclass(frozen=True)
@@ -230,6 +176,26 @@ class AgentGroups:
             has_action_mask=masks,
         )
 
+    @classmethod
+    def from_layout(
+        cls,
+        layout: Any,
+        override: Mapping[str, Any] | None = None,
+        share: str = "group",
+        agent_id: bool = False,
+    ) -> AgentGroups:
+        """Build from a vector env's :class:`~grpo_marl.vec.base.Layout` (a Gymnasium env is one
+        agent in one group)."""
+        return cls(
+            layout.agents,
+            dict(zip(layout.agents, layout.observation_spaces, strict=True)),
+            dict(zip(layout.agents, layout.action_spaces, strict=True)),
+            override=override,
+            share=share,
+            agent_id=agent_id,
+            has_action_mask={a: layout.has_action_mask for a in layout.agents},
+        )
+
     def input_dim(self, group: str) -> int:
         """Policy input length for ``group`` (obs plus the optional agent-id one-hot)."""
         spec = self.specs[group]
@@ -246,3 +212,91 @@ class AgentGroups:
 
     def describe(self) -> dict[str, list[str]]:
         return {g: list(s.agents) for g, s in self.specs.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# group modes
+# --------------------------------------------------------------------------------------------
+
+# Group modes (how rollouts of one collection are compared):
+# GRPO groups for multi-agent rollouts: which agent-trajectories are compared with which.
+#
+# A multi-agent collection runs ``E = S * G`` envs (``S`` seed-groups of ``G`` envs reset from the
+# same joint initial state; seed-group members are contiguous envs) with ``A`` agents each. Every
+# (env, agent) pair is one *rollout*, numbered ``r = e * A + a``. A grouping picks sets of rollouts
+# whose returns are comparable:
+#
+# * ``seed``: the same agent across the ``G`` copies of one initial state -> ``S * A`` groups of
+#   ``G``. Works for every reward structure, including a team reward shared by all agents.
+# * ``agent``: the members of one agent-group inside one episode -> ``E * n_groups`` groups of
+#   ``|group|``. Needs *individual* rewards: with a team reward every member of the group has the
+#   same return, every group has zero variance, and the advantage is 0 everywhere (no signal).
+#   Members also start from different positions, so the comparison is noisier than ``seed``.
+# * ``seed_agent`` (the product): an agent-group's members across the ``G`` copies ->
+#   ``S * n_groups`` groups of ``G * |group|``. A larger baseline; with a team reward it carries the
+#   same signal as ``seed`` (between copies), diluted by duplicate members.
+#
+# Agent-groups of different sizes give groups of different sizes; shorter groups are padded with
+# ``-1`` (an invalid member that holds no steps) so that every group has the same width and the
+# Batch stays a plain ``[groups * width, T]`` reshape.
+
+GROUPINGS: tuple[str, ...] = ("seed", "agent", "seed_agent")
+#: Every ``algo.group_mode``: the groupings plus ``state`` (arranged like ``seed``, branches of a snapshot).
+GROUP_MODES: tuple[str, ...] = ("seed", "state", "agent", "seed_agent")
+
+
+def arrange_groups(
+    grouping: str,
+    num_seed_groups: int,
+    group_size: int,
+    groups: AgentGroups,
+) -> np.ndarray:
+    """Rollout ids ``[num_grpo_groups, width]`` (``-1`` = padding) for one collection.
+
+    Args:
+        grouping: one of :data:`GROUPINGS`.
+        num_seed_groups: ``S``, seed-groups per collection.
+        group_size: ``G``, envs per seed-group (1 is fine for ``agent``).
+        groups: the env's agent-groups (agent order = rollout order within an env).
+    """
+    if grouping not in GROUPINGS:
+        raise ValueError(f"unknown marl grouping {grouping!r}; choose one of {', '.join(GROUPINGS)}")
+    n_agents = len(groups.agents)
+    pos = {a: i for i, a in enumerate(groups.agents)}
+    slots = {g: [pos[a] for a in spec.agents] for g, spec in groups.specs.items()}
+    rows: list[list[int]] = []
+    if grouping == "seed":
+        for s in range(num_seed_groups):
+            for a in range(n_agents):
+                rows.append([(s * group_size + m) * n_agents + a for m in range(group_size)])
+    elif grouping == "agent":
+        for e in range(num_seed_groups * group_size):
+            for g in groups.names:
+                rows.append([e * n_agents + a for a in slots[g]])
+    else:
+        for s in range(num_seed_groups):
+            for g in groups.names:
+                rows.append(
+                    [(s * group_size + m) * n_agents + a for m in range(group_size) for a in slots[g]]
+                )
+    width = max(len(r) for r in rows)
+    out = np.full((len(rows), width), -1, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+def team_reward_fraction(rewards: Tensor, mask: Tensor, tol: float = 1e-8) -> float:
+    """Fraction of (env, step) pairs whose alive agents all got the same reward.
+
+    ``rewards``/``mask`` are ``[E, A, T]``. 1.0 means a pure team reward, where the ``agent``
+    grouping carries no signal (see the module docstring).
+    """
+    inf = torch.tensor(float("inf"), dtype=rewards.dtype)
+    hi = torch.where(mask, rewards, -inf).amax(1)
+    lo = torch.where(mask, rewards, inf).amin(1)
+    any_alive = mask.any(1)
+    if not bool(any_alive.any()):
+        return 0.0
+    equal = (hi - lo) <= tol
+    return float(equal[any_alive].float().mean())

@@ -22,22 +22,16 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from grpo_marl import distributed as dist
-from grpo_marl.algos import ALGOS, _load_builtin_algos
+from grpo_marl.algos import get_algo
 from grpo_marl.batch import minibatch_indices
 from grpo_marl.checkpoint import atomic_save, checkpoint_path, load_checkpoint, rng_state, set_rng_state
 from grpo_marl.logging import RunLogger
 from grpo_marl.registry import get_spec
-from grpo_marl.rollout import NonFiniteError
+from grpo_marl.errors import NonFiniteError, RemoteRankError, TrainingStopped
 from grpo_marl.tasks import make_task
-from grpo_marl.vector import EnvWorkerError
-
-
-class RemoteRankError(RuntimeError):
-    """Another torchrun rank failed (its message is quoted); this rank stops with it."""
-
 
 #: Failures that end a run "cleanly": summary.json says failed, the last checkpoint is kept.
-STOP_ERRORS = (NonFiniteError, EnvWorkerError, RemoteRankError)
+STOP_ERRORS = (TrainingStopped,)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -65,6 +59,10 @@ def lr_factor(schedule: str, progress: float) -> float:
 class Trainer:
     """Train one configured run; ``fit()`` returns the summary written to ``summary.json``."""
 
+    #: Set (to the signal number) by the CLI's SIGINT/SIGTERM handler: ``fit()`` stops at the next
+    #: update boundary, saves a checkpoint and returns a summary with ``status: interrupted``.
+    stop_requested: int | None = None
+
     def __init__(self, cfg: DictConfig, run_dir: str | Path, resume: bool = False) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -80,19 +78,21 @@ class Trainer:
         seed_everything(int(cfg.seed) + 1000 * self.ctx.rank)
         self.device = dist.rank_device(resolve_device(str(cfg.device)), self.ctx)
         self.spec = get_spec(str(cfg.env))
-        _load_builtin_algos()
-        algo_cls = ALGOS[str(cfg.algo.name)]
+        algo_cls = get_algo(str(cfg.algo.name))
         # Under torchrun each rank collects 1/N of the global batch with its own seeds
         # (distributed.rank_config); a single process gets ``cfg`` itself.
         self.local_cfg = dist.rank_config(cfg, self.ctx)
-        self.task = make_task(self.local_cfg, self.spec, self.device, collector=algo_cls.collector)
-        attach = getattr(self.task, "attach_run_dir", None)  # tasks that write run files (text)
-        if callable(attach):
-            attach(self.run_dir, self.is_main)
+        self.task = make_task(
+            self.local_cfg,
+            self.spec,
+            self.device,
+            collector=algo_cls.collector,
+            with_state=algo_cls.needs_state(self.local_cfg),
+        )
         self.algo = algo_cls(self.local_cfg.algo, self.task, self.device)
         self.modules: dict[str, nn.Module] = {"policy": self.task.policy, **self.algo.modules()}
         self.params = [p for m in self.modules.values() for p in m.parameters() if p.requires_grad]
-        dist.broadcast_modules([*self.modules.values(), getattr(self.algo, "ref_policy", None)], self.ctx)
+        dist.broadcast_modules([*self.modules.values(), self.algo.reference()], self.ctx)
         find_unused = (cfg.get("distributed") or {}).get("find_unused_parameters", "auto")
         if find_unused == "auto":
             # Multi-agent policies skip agent-groups absent from a minibatch (unused parameters).
@@ -125,6 +125,7 @@ class Trainer:
         )
         if self.is_main and not resume:
             (self.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        self.task.attach_run(self.run_dir, self.logger, self.is_main)
 
     # -- steps -----------------------------------------------------------------------------
     @property
@@ -169,6 +170,7 @@ class Trainer:
             # Every rank must run the same number of minibatch steps (one all-reduce each).
             sizes = [m for m in dist.gather_ints(n, self.ctx) if m > 0]
             k = max(1, min([int(a.minibatches), *sizes]))
+        self.algo.set_minibatches(k)
         max_norm = float(a.get("max_grad_norm", 0.0) or 0.0)
         target_kl = a.get("target_kl")
         sums: dict[str, torch.Tensor] = {}
@@ -183,7 +185,7 @@ class Trainer:
                     idx = idx.to(self.device)
                     mb = {key: value[idx] for key, value in data.items()}
                 with self._amp():
-                    terms = self.dp.loss(mb, float(k))
+                    terms = self.dp.loss(mb)
                 loss = terms["loss"]
                 bad_loss = mb is not None and not bool(torch.isfinite(loss))
                 if bad_loss and not self.ctx.enabled:
@@ -285,7 +287,7 @@ class Trainer:
                         if (
                             self.threshold is not None
                             and self.steps_to_threshold is None
-                            and self.last_eval[getattr(self.task, "threshold_metric", "eval/return_mean")]
+                            and self.last_eval[self.task.threshold_metric]
                             >= float(self.threshold)
                         ):
                             self.steps_to_threshold = steps
@@ -301,17 +303,21 @@ class Trainer:
                 if stop:
                     status = "threshold_reached"
                     break
+                if dist.any_flag(self.stop_requested is not None, self.ctx):
+                    status = "interrupted"
+                    break
         except STOP_ERRORS as exc:
             self.logger.close()
             self._write_summary({"status": "failed", "error": str(exc), "env_steps": self._steps})
             raise
         wall = time.perf_counter() - start
         self.save(wall)
-        final = {}
-        if self.is_main:
+        final: dict[str, Any] = {}
+        if self.is_main and status != "interrupted":
             with self._amp():
                 final = self._evaluate(int(cfg.eval.get("final_episodes") or cfg.eval.episodes), seed_offset=500)
             self.logger.log(self._steps, final)
+        artifacts = self.task.finish(self.run_dir, self.is_main)
         self.logger.close()
         dist.dump_param_hash(
             self.modules.values(), self.ctx, {"updates": self.updates, "env_steps": self._steps}
@@ -329,7 +335,8 @@ class Trainer:
             "steps_to_threshold": self.steps_to_threshold,
             "time_to_threshold_s": self.time_to_threshold,
             "world_size": self.ctx.world_size,
-            **getattr(self.task, "summary_extra", lambda: {})(),
+            **self.task.summary_extra(),
+            **artifacts,
         }
         self._write_summary(summary)
         return summary
@@ -370,7 +377,7 @@ class Trainer:
         }
         if self.ctx.enabled:
             state["ranks"] = per_rank
-        atomic_save(state, checkpoint_path(self.run_dir))
+        atomic_save(state, checkpoint_path(self.run_dir), keep_previous=True)
 
     def _restore(self, state: dict[str, Any]) -> int:
         """Weights, optimizer and counters from ``state``; per-rank streams when N is unchanged.

@@ -1,34 +1,98 @@
-"""Algorithms, looked up by ``algo.name``: each knows how to turn a rollout batch into named loss
-terms; the trainer owns the loop (collect -> prepare -> epochs x minibatches -> step)."""
+"""Algorithms, looked up by ``algo.name``: each turns a rollout batch into named loss terms; the
+trainer owns the loop (collect -> prepare -> epochs x minibatches -> step).
+
+An algorithm subclasses :class:`Algorithm` and declares its collector, whether its critic reads
+the env's global state, and which config keys torchrun divides across ranks. ``mappo`` and
+``ippo`` are PPO under names whose config files set the critic options.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, ClassVar
 
-ALGOS: dict[str, Callable[..., Any]] = {}
+import torch
+from omegaconf import DictConfig
+from torch import Tensor, nn
+
+from grpo_marl.batch import Batch
+from grpo_marl.errors import ConfigError
+from grpo_marl.tasks.base import Task
 
 
-def register_algo(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def decorator(cls: Callable[..., Any]) -> Callable[..., Any]:
+class Algorithm:
+    """Base of every algorithm (no-op hooks where an algorithm has nothing to do)."""
+
+    #: collector the Task builds for it (``episodes`` or ``steps``, see grpo_marl.collectors)
+    collector: ClassVar[str] = "episodes"
+    #: config keys that hold *global* batch sizes, divided by the torchrun world size
+    split_keys: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, cfg: DictConfig, task: Task, device: torch.device) -> None:
+        self.cfg = cfg
+        self.task = task
+        self.device = device
+        self.updates = 0
+        self.minibatches = 1
+
+    @classmethod
+    def needs_state(cls, cfg: DictConfig) -> bool:
+        """Whether the Task must record the env's global state (a centralized critic)."""
+        return False
+
+    def modules(self) -> dict[str, nn.Module]:
+        """Trained modules besides the policy (a critic); optimized and checkpointed with it."""
+        return {}
+
+    def reference(self) -> nn.Module | None:
+        """A frozen module every torchrun rank must hold identically (GRPO's KL reference)."""
+        return None
+
+    def collect(self) -> Batch:
+        return self.task.collect(self.task.policy)
+
+    def prepare(self, batch: Batch) -> tuple[dict[str, Tensor] | None, dict[str, float]]:
+        raise NotImplementedError
+
+    def set_minibatches(self, k: int) -> None:
+        """How many minibatches the trainer splits this update's data into."""
+        self.minibatches = int(k)
+
+    def loss(self, mb: dict[str, Tensor]) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+    def after_update(self) -> None:
+        self.updates += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.updates = int(state["updates"])
+
+
+ALGOS: dict[str, type[Algorithm]] = {}
+
+
+def register_algo(name: str) -> Callable[[type[Algorithm]], type[Algorithm]]:
+    def decorator(cls: type[Algorithm]) -> type[Algorithm]:
         ALGOS[name] = cls
         return cls
 
     return decorator
 
 
-def make_algo(name: str, *args: Any, **kwargs: Any) -> Any:
+def get_algo(name: str) -> type[Algorithm]:
     _load_builtin_algos()
     if name not in ALGOS:
-        raise ValueError(f"unknown algo {name!r}; registered: {', '.join(sorted(ALGOS))}")
-    return ALGOS[name](*args, **kwargs)
+        raise ConfigError(f"algo={name!r} is unknown; choose one of {', '.join(sorted(ALGOS))}")
+    return ALGOS[name]
+
+
+def make_algo(name: str, *args: Any, **kwargs: Any) -> Algorithm:
+    return get_algo(name)(*args, **kwargs)
 
 
 def _load_builtin_algos() -> None:
-    import importlib
-
-    for module in ("grpo_marl.algos.grpo", "grpo_marl.algos.ppo"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+    import grpo_marl.algos.grpo  # noqa: F401
+    import grpo_marl.algos.ppo  # noqa: F401

@@ -7,30 +7,29 @@ text all come through here.
 
 from __future__ import annotations
 
-import copy
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from grpo_marl.advantages import outcome_advantages, return_to_go_advantages, zero_std_groups
-from grpo_marl.algos import register_algo
+from grpo_marl.algos import Algorithm, register_algo
 from grpo_marl.batch import Batch
 from grpo_marl.losses import make_loss, token_weights
+from grpo_marl.tasks.base import Task
 
 
 @register_algo("grpo")
-class GRPO:
-    """See DESIGN.md section 1. ``cfg`` is the ``algo`` config section."""
+class GRPO(Algorithm):
+    """Group-relative advantages (docs/ARCHITECTURE.md, "The algorithm"). ``cfg`` is the ``algo``
+    config section."""
 
-    name = "grpo"
-    collector = "episodes"
+    collector: ClassVar[str] = "episodes"
+    split_keys: ClassVar[tuple[str, ...]] = ("algo.num_groups", "vec.num_envs")
 
-    def __init__(self, cfg: DictConfig, task: Any, device: torch.device) -> None:
-        self.cfg = cfg
-        self.task = task
-        self.device = device
+    def __init__(self, cfg: DictConfig, task: Task, device: torch.device) -> None:
+        super().__init__(cfg, task, device)
         self.loss_fn = make_loss(
             str(cfg.loss),
             clip_eps_low=float(cfg.clip_eps_low),
@@ -40,25 +39,10 @@ class GRPO:
         )
         # Sequence losses (GSPO) need the [B, T] layout; step-level minibatching flattens it.
         self.layout = "sequence" if (cfg.loss == "gspo" or task.minibatch_by == "sequence") else "step"
-        self.ref_policy: nn.Module | None = None
-        if float(cfg.beta) > 0:
-            self.ref_policy = self._frozen_copy(task.policy)
-        self.updates = 0
+        self.ref_policy: nn.Module | None = task.reference_policy() if float(cfg.beta) > 0 else None
 
-    # -- trainable state ---------------------------------------------------------------------
-    def modules(self) -> dict[str, nn.Module]:
-        """Modules trained besides the policy (none: GRPO has no critic)."""
-        return {}
-
-    @staticmethod
-    def _frozen_copy(policy: nn.Module) -> nn.Module:
-        ref = getattr(policy, "make_reference", None)
-        ref = ref() if callable(ref) else copy.deepcopy(policy)
-        if isinstance(ref, nn.Module):
-            ref.eval()
-            for p in ref.parameters():
-                p.requires_grad_(False)
-        return ref
+    def reference(self) -> nn.Module | None:
+        return self.ref_policy
 
     # -- data ------------------------------------------------------------------------------
     def collect(self) -> Batch:
@@ -139,7 +123,7 @@ class GRPO:
         else:
             data = {k: batch[k] for k in keys}
             data.update(advantages=adv, weights=weights, mask=batch.mask)
-            for k in getattr(self.task, "extra_keys", ()):
+            for k in self.task.extra_keys:
                 data[k] = batch[k]
         if self.ref_policy is not None:
             with torch.no_grad():
@@ -152,13 +136,15 @@ class GRPO:
         return out.detach()
 
     # -- loss ------------------------------------------------------------------------------
-    def loss(self, mb: dict[str, Tensor], weight_scale: float) -> dict[str, Tensor]:
+    def loss(self, mb: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The clipped surrogate + KL on one minibatch. Aggregation weights are normalised over
+        the whole batch, so a minibatch's are scaled by the number of minibatches."""
         logp, entropy = self.task.log_prob(self.task.policy, mb, need_entropy=self.cfg.entropy_coef > 0)
         return self.loss_fn(
             logp,
             mb["logp"],
             mb["advantages"],
-            mb["weights"] * weight_scale,
+            mb["weights"] * float(self.minibatches),
             ref_logp=mb.get("ref_logp"),
             entropy=entropy,
             mask=mb.get("mask"),
@@ -166,7 +152,7 @@ class GRPO:
 
     def after_update(self) -> None:
         """Iterative GRPO: refresh the reference every ``ref_refresh`` updates (0 = frozen)."""
-        self.updates += 1
+        super().after_update()
         k = int(self.cfg.ref_refresh)
         if self.ref_policy is not None and k > 0 and self.updates % k == 0:
             self.ref_policy.load_state_dict(self.task.policy.state_dict())
@@ -179,6 +165,6 @@ class GRPO:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.updates = state["updates"]
+        super().load_state_dict(state)
         if self.ref_policy is not None and "ref_policy" in state:
             self.ref_policy.load_state_dict(state["ref_policy"])

@@ -1,18 +1,10 @@
-"""Multi-agent (PettingZoo Parallel API) support: env construction, agent groups, vectorization,
-snapshots, reference policies and agent-group advantages.
+"""What is truly multi-agent: PettingZoo env construction under short names (with the direct
+mpe2 Parallel driver), the ``marl`` config section, and scripted reference policies.
 
-Everything here is independent of torch except :mod:`grpo_marl.marl.policy` and
-:mod:`grpo_marl.marl.advantages`, so env worker processes stay light.
+Everything else — vector envs, collectors, policies, PPO — is shared with single-agent envs,
+which are the one-agent case (see docs/ARCHITECTURE.md).
 """
 
 from grpo_marl.marl.envs import MARL_ENVS, MarlEnvInfo, make_parallel_env, marl_env_names
-from grpo_marl.marl.groups import AgentGroups, GroupSpec
 
-__all__ = [
-    "MARL_ENVS",
-    "AgentGroups",
-    "GroupSpec",
-    "MarlEnvInfo",
-    "make_parallel_env",
-    "marl_env_names",
-]
+__all__ = ["MARL_ENVS", "MarlEnvInfo", "make_parallel_env", "marl_env_names"]

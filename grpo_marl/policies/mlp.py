@@ -1,4 +1,10 @@
-"""MLP actors for Gymnasium spaces: categorical for ``Discrete``, Gaussian for ``Box``.
+"""The actor of every control task: per-agent-group MLPs over the ``[E, A, ...]`` layout.
+
+One family for single- and multi-agent envs: a Gymnasium env is one agent in one group. Discrete
+actions use (masked) categoricals, Box actions a diagonal Gaussian with a state-independent
+log-std. Parameters are shared within an agent-group (``marl.share=group``) or held per agent
+(``share=agent``); each parameter set reads only its own observation prefix (plus an optional
+agent-id one-hot), so padded heterogeneous agents (speaker/listener) never see each other's padding.
 
 Sampling is written out by hand (Gumbel-max for categorical, reparameterised normal for Gaussian)
 instead of building ``torch.distributions`` objects, because the collector calls ``act`` once per
@@ -8,24 +14,22 @@ vector step and distribution construction would dominate the hot loop on small n
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
-import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from grpo_marl.errors import UnsupportedSpaceError, UserInputError
+from grpo_marl.groups import AgentGroups
+
 _LOG_2PI = math.log(2 * math.pi)
-
-
-class UnsupportedSpaceError(ValueError):
-    """The policy cannot represent this observation or action space."""
 
 
 def _activation(name: str) -> type[nn.Module]:
     table = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU}
     if name not in table:
-        raise ValueError(f"unknown activation {name!r}; choose one of {sorted(table)}")
+        raise UserInputError(f"policy.activation={name!r} is unknown; choose one of {sorted(table)}")
     return table[name]
 
 
@@ -71,113 +75,305 @@ class RunningNorm(nn.Module):
         return ((x - self.mean.to(x.dtype)) / std).clamp(-self.clip, self.clip)
 
 
-def flat_obs_dim(space: gym.Space) -> int:
-    if isinstance(space, gym.spaces.Box):
-        return int(np.prod(space.shape))
-    if isinstance(space, gym.spaces.Discrete):
-        return int(space.n)
-    raise UnsupportedSpaceError(
-        f"observation space {space} is not supported by the MLP policy (Box or Discrete only); "
-        "wrap the env with gymnasium.wrappers.FlattenObservation or register a custom policy"
-    )
+class Actor(nn.Module):
+    """One parameter set: MLP from a flat input to logits (categorical) or means (Gaussian)."""
+
+    def __init__(
+        self,
+        in_dim: int,
+        n_actions: int,
+        action_low: np.ndarray | None,
+        action_high: np.ndarray | None,
+        hidden: Sequence[int],
+        activation: str,
+        log_std_init: float,
+    ) -> None:
+        super().__init__()
+        if n_actions > 0:
+            self.kind = "categorical"
+            self.out_dim = n_actions
+            self.log_std = None
+        else:
+            assert action_low is not None and action_high is not None
+            if not (np.all(np.isfinite(action_low)) and np.all(np.isfinite(action_high))):
+                raise UnsupportedSpaceError(
+                    f"Box action space [{action_low}, {action_high}] must have finite bounds for the Gaussian policy"
+                )
+            self.kind = "gaussian"
+            self.out_dim = int(np.prod(action_low.shape))
+            self.log_std = nn.Parameter(torch.full((self.out_dim,), float(log_std_init)))
+            self.register_buffer("low", torch.as_tensor(action_low, dtype=torch.float32).reshape(-1))
+            self.register_buffer("high", torch.as_tensor(action_high, dtype=torch.float32).reshape(-1))
+        self.net = mlp([in_dim, *hidden, self.out_dim], activation, out_gain=0.01)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+    def gaussian_logp(self, mean: Tensor, action: Tensor) -> Tensor:
+        assert self.log_std is not None
+        z = (action - mean) / self.log_std.exp()
+        return (-0.5 * z.square() - self.log_std - 0.5 * _LOG_2PI).sum(-1)
+
+    def gaussian_entropy(self, shape: torch.Size) -> Tensor:
+        assert self.log_std is not None
+        return (0.5 + 0.5 * _LOG_2PI + self.log_std).sum().expand(shape)
 
 
-class MLPPolicy(nn.Module):
-    """Stochastic actor over a flat observation.
+def _masked_logits(logits: Tensor, mask: Tensor | None) -> Tensor:
+    if mask is None:
+        return logits
+    mask = mask[..., : logits.shape[-1]]
+    # an agent with no valid action (finished/padded rows) keeps its raw logits
+    usable = mask.any(-1, keepdim=True)
+    return torch.where(mask | ~usable, logits, torch.full_like(logits, -1e9))
 
-    Box actions: a diagonal Gaussian with a state-independent log-std; samples are clipped to the
-    action bounds when sent to the env (``to_env``) while log-probs use the unclipped sample, as
-    in SB3/CleanRL, so the surrogate ratio stays exact.
+
+def _sample_categorical(logits: Tensor, deterministic: bool) -> tuple[Tensor, Tensor]:
+    """Gumbel-max sample (or argmax) and its log-prob, without building a distribution object."""
+    logp_all = torch.log_softmax(logits, dim=-1)
+    if deterministic:
+        action = logits.argmax(-1)
+    else:
+        gumbel = -torch.log(-torch.log(torch.rand_like(logits).clamp_(1e-20, 1.0)))
+        action = (logp_all + gumbel).argmax(-1)
+    return action, logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+
+
+class ActorPolicy(nn.Module):
+    """Stochastic actors for every agent of an env (see the module docstring).
+
+    ``act`` works on the vector layout (``obs[E, A, D]``); ``log_prob`` on flat step rows
+    (``obs[M, D]`` + ``agent[M]``), which is what step-level minibatching hands over.
+    ``normalize_obs``: running mean/std of each parameter set's observations, updated after each
+    optimizer step (:meth:`update_obs_stats`) so a batch's old and new log-probs use one normaliser.
     """
 
     def __init__(
         self,
-        observation_space: gym.Space,
-        action_space: gym.Space,
+        groups: AgentGroups,
         hidden: Sequence[int] = (64, 64),
         activation: str = "tanh",
         log_std_init: float = 0.0,
         normalize_obs: bool = False,
-        extra_inputs: int = 0,
     ) -> None:
         super().__init__()
-        self.observation_space = observation_space
-        self.action_space = action_space
-        self.obs_dim = flat_obs_dim(observation_space)
-        self.discrete_obs = isinstance(observation_space, gym.spaces.Discrete)
-        in_dim = self.obs_dim + extra_inputs
-        self.obs_norm = RunningNorm((self.obs_dim,)) if normalize_obs else None
-        if isinstance(action_space, gym.spaces.Discrete):
-            self.kind = "categorical"
-            self.n_actions = int(action_space.n)
-            self.net = mlp([in_dim, *hidden, self.n_actions], activation, out_gain=0.01)
-            self.log_std = None
-        elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
-            if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-                raise UnsupportedSpaceError(
-                    f"Box action space {action_space} must have finite bounds for the Gaussian policy"
-                )
-            self.kind = "gaussian"
-            self.act_dim = int(action_space.shape[0])
-            self.net = mlp([in_dim, *hidden, self.act_dim], activation, out_gain=0.01)
-            self.log_std = nn.Parameter(torch.full((self.act_dim,), float(log_std_init)))
-            self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
-            self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
-        else:
-            raise UnsupportedSpaceError(
-                f"action space {action_space} is not supported by the MLP policy; supported: "
-                "Discrete (categorical) and 1-D Box with finite bounds (Gaussian)"
+        self.groups = groups
+        self.agents = list(groups.agents)
+        self.n_agents = len(self.agents)
+        self.keys = groups.param_keys()
+        self.actors = nn.ModuleDict()
+        self.norms = nn.ModuleDict()
+        self._obs_dim: dict[str, int] = {}
+        self._group_size: dict[str, int] = {}
+        self._slots: dict[str, list[int]] = {}
+        for key in self.keys:
+            members = [a for a in self.agents if groups.param_key(a) == key]
+            spec = groups.specs[groups.group_of[members[0]]]
+            extra = spec.size if groups.agent_id else 0
+            self.actors[key] = Actor(
+                spec.obs_dim + extra,
+                spec.n_actions,
+                spec.action_low,
+                spec.action_high,
+                hidden,
+                activation,
+                log_std_init,
             )
+            if normalize_obs:
+                self.norms[key] = RunningNorm((spec.obs_dim,))
+            self._obs_dim[key] = spec.obs_dim
+            self._group_size[key] = spec.size
+            self._slots[key] = [self.agents.index(a) for a in members]
+        kinds = {actor.kind for actor in self.actors.values()}
+        self.kind = kinds.pop()
+        self.action_width = max(a.out_dim for a in self.actors.values()) if self.kind == "gaussian" else 0
+        # One parameter set for every agent: the vector layout goes through one forward call.
+        self._single = len(self.keys) == 1 and not groups.agent_id
+        self.register_buffer(
+            "agent_key", torch.tensor([self.keys.index(groups.param_key(a)) for a in self.agents]), persistent=False
+        )
+        self.register_buffer("slot_in_group", torch.tensor([groups.slot[a] for a in self.agents]), persistent=False)
 
-    # -- helpers ---------------------------------------------------------------------------
-    def preprocess(self, obs: Tensor) -> Tensor:
-        if self.discrete_obs:
-            return torch.nn.functional.one_hot(obs.long(), self.obs_dim).float()
-        obs = obs.reshape(*obs.shape[: obs.dim() - len(self.observation_space.shape)], -1).float()
-        return self.obs_norm(obs) if self.obs_norm is not None else obs
-
-    def forward(self, obs: Tensor) -> Tensor:
-        """Logits (categorical) or action means (Gaussian)."""
-        return self.net(self.preprocess(obs))
-
-    # -- acting ----------------------------------------------------------------------------
-    @torch.no_grad()
-    def act(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor]:
-        """Sample (or take the mode of) an action; returns ``(action, log_prob)``."""
-        out = self.forward(obs)
-        if self.kind == "categorical":
-            logp_all = torch.log_softmax(out, dim=-1)
-            if deterministic:
-                action = out.argmax(-1)
-            else:
-                gumbel = -torch.log(-torch.log(torch.rand_like(out).clamp_(1e-20, 1.0)))
-                action = (logp_all + gumbel).argmax(-1)
-            return action, logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        std = self.log_std.exp()
-        action = out if deterministic else out + std * torch.randn_like(out)
-        return action, self._gaussian_logp(out, action)
-
-    def _gaussian_logp(self, mean: Tensor, action: Tensor) -> Tensor:
-        z = (action - mean) / self.log_std.exp()
-        return (-0.5 * z.square() - self.log_std - 0.5 * _LOG_2PI).sum(-1)
-
-    def log_prob(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
-        """Differentiable ``(log_prob, entropy)`` of given actions, used by the losses."""
-        out = self.forward(obs)
-        if self.kind == "categorical":
-            logp_all = torch.log_softmax(out, dim=-1)
-            logp = logp_all.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-            return logp, entropy
-        logp = self._gaussian_logp(out, action)
-        entropy = (0.5 + 0.5 * _LOG_2PI + self.log_std).sum().expand(logp.shape)
-        return logp, entropy
-
-    def to_env(self, action: Tensor) -> np.ndarray:
-        """Convert a sampled action to what ``env.step`` accepts (clipped to Box bounds)."""
-        if self.kind == "categorical":
-            return action.cpu().numpy()
-        return torch.max(torch.min(action, self.high), self.low).cpu().numpy()
-
+    # -- inputs ----------------------------------------------------------------------------------
     def action_shape(self) -> tuple[int, ...]:
-        return () if self.kind == "categorical" else (self.act_dim,)
+        """Per-agent action shape in batches: ``()`` (discrete) or ``(k,)`` (Box)."""
+        return () if self.kind == "categorical" else (self.action_width,)
+
+    @property
+    def action_dtype(self) -> torch.dtype:
+        return torch.long if self.kind == "categorical" else torch.float32
+
+    def preprocess(self, key: str, obs: Tensor, agent: Tensor | None = None) -> Tensor:
+        """Input of parameter set ``key``: its observation prefix (normalised when asked), plus
+        the agent-id one-hot when ``marl.agent_id``."""
+        x = obs[..., : self._obs_dim[key]].float()
+        if key in self.norms:
+            x = self.norms[key](x)
+        if self.groups.agent_id:
+            assert agent is not None
+            slot = self.slot_in_group[agent]
+            x = torch.cat([x, nn.functional.one_hot(slot, self._group_size[key]).to(x.dtype)], -1)
+        return x
+
+    @torch.no_grad()
+    def update_obs_stats(self, obs: Tensor, agent: Tensor) -> None:
+        """Fold flat rows ``obs[M, D]`` of agents ``agent[M]`` into the running statistics."""
+        if not len(self.norms):
+            return
+        key_of_row = self.agent_key[agent]
+        for k, key in enumerate(self.keys):
+            rows = key_of_row == k
+            if bool(rows.any()):
+                self.norms[key].update(obs[rows][:, : self._obs_dim[key]])
+
+    # -- acting ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: Tensor, action_mask: Tensor | None = None, deterministic: bool = False) -> tuple[Tensor, Tensor]:
+        """``obs[E, A, D]`` -> actions ``[E, A]`` (discrete) or ``[E, A, k]`` (Box), log-probs ``[E, A]``."""
+        if self._single:
+            key = self.keys[0]
+            actor = self.actors[key]
+            out = actor(self.preprocess(key, obs))
+            if actor.kind == "categorical":
+                return _sample_categorical(_masked_logits(out, action_mask), deterministic)
+            assert actor.log_std is not None
+            action = out if deterministic else out + actor.log_std.exp() * torch.randn_like(out)
+            return action, actor.gaussian_logp(out, action)
+        e = obs.shape[0]
+        agent = torch.arange(self.n_agents, device=obs.device).repeat(e)
+        flat_mask = None if action_mask is None else action_mask.reshape(e * self.n_agents, -1)
+        actions, logp = self._act_rows(obs.reshape(e * self.n_agents, *obs.shape[2:]), agent, flat_mask, deterministic)
+        return actions.reshape(e, self.n_agents, *actions.shape[1:]), logp.reshape(e, self.n_agents)
+
+    def _act_rows(self, obs: Tensor, agent: Tensor, action_mask: Tensor | None, deterministic: bool) -> tuple[Tensor, Tensor]:
+        m = obs.shape[0]
+        logp = torch.zeros(m, device=obs.device)
+        actions = torch.zeros((m, *self.action_shape()), dtype=self.action_dtype, device=obs.device)
+        key_of_row = self.agent_key[agent]
+        for k, key in enumerate(self.keys):
+            rows = (key_of_row == k).nonzero(as_tuple=True)[0]
+            if rows.numel() == 0:
+                continue
+            actor = self.actors[key]
+            out = actor(self.preprocess(key, obs[rows], agent[rows]))
+            if actor.kind == "categorical":
+                mask = None if action_mask is None else action_mask[rows]
+                act, lp = _sample_categorical(_masked_logits(out, mask), deterministic)
+                actions[rows] = act
+            else:
+                assert actor.log_std is not None
+                act = out if deterministic else out + actor.log_std.exp() * torch.randn_like(out)
+                lp = actor.gaussian_logp(out, act)
+                actions[rows, : act.shape[-1]] = act
+            logp[rows] = lp
+        return actions, logp
+
+    def log_prob(
+        self, obs: Tensor, agent: Tensor, actions: Tensor, action_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Differentiable ``(log_prob, entropy)`` of flat rows (``obs[M, D]``, ``agent[M]``)."""
+        if self._single:
+            key = self.keys[0]
+            actor = self.actors[key]
+            out = actor(self.preprocess(key, obs))
+            if actor.kind == "categorical":
+                logp_all = torch.log_softmax(_masked_logits(out, action_mask), -1)
+                logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+                return logp, -(logp_all.exp() * logp_all).sum(-1)
+            logp = actor.gaussian_logp(out, actions[..., : actor.out_dim])
+            return logp, actor.gaussian_entropy(logp.shape)
+        m = obs.shape[0]
+        logp = obs.new_zeros(m, dtype=torch.float32)
+        ent = obs.new_zeros(m, dtype=torch.float32)
+        key_of_row = self.agent_key[agent]
+        for k, key in enumerate(self.keys):
+            rows = (key_of_row == k).nonzero(as_tuple=True)[0]
+            if rows.numel() == 0:
+                continue
+            actor = self.actors[key]
+            out = actor(self.preprocess(key, obs[rows], agent[rows]))
+            if actor.kind == "categorical":
+                mask = None if action_mask is None else action_mask[rows]
+                logp_all = torch.log_softmax(_masked_logits(out, mask), -1)
+                lp = logp_all.gather(-1, actions[rows].long().unsqueeze(-1)).squeeze(-1)
+                e = -(logp_all.exp() * logp_all).sum(-1)
+            else:
+                lp = actor.gaussian_logp(out, actions[rows, : actor.out_dim])
+                e = actor.gaussian_entropy(lp.shape)
+            logp = logp.index_put((rows,), lp)
+            ent = ent.index_put((rows,), e)
+        return logp, ent
+
+    def to_env(self, actions: Tensor) -> np.ndarray:
+        """Actions as the vector env takes them (Box actions clipped to each agent's bounds; the
+        log-prob stays that of the unclipped sample, as in SB3/CleanRL, so the ratio is exact)."""
+        if self.kind == "categorical":
+            return actions.cpu().numpy()
+        if self._single:
+            actor = self.actors[self.keys[0]]
+            return torch.max(torch.min(actions, actor.high), actor.low).cpu().numpy()
+        out = actions.cpu().numpy()
+        for key in self.keys:
+            actor = self.actors[key]
+            lo, hi = actor.low.cpu().numpy(), actor.high.cpu().numpy()
+            for a in self._slots[key]:
+                out[:, a, : actor.out_dim] = np.clip(out[:, a, : actor.out_dim], lo, hi)
+        return out
+
+
+class Critic(nn.Module):
+    """Value functions for PPO, one per parameter set of the actor.
+
+    Inputs per row: the agent's own (preprocessed) observation; with ``state_dim > 0`` (MAPPO's
+    centralized critic) also the global ``env.state()`` and a one-hot of the agent's index, so one
+    shared critic can still value agents differently; with ``time_input`` the elapsed fraction
+    of the episode (a fixed-horizon task's value depends on the steps left, which observations
+    may not show).
+    """
+
+    def __init__(
+        self,
+        policy: ActorPolicy,
+        state_dim: int = 0,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        time_input: bool = False,
+    ) -> None:
+        super().__init__()
+        self.policy_keys = list(policy.keys)
+        self.state_dim = int(state_dim)
+        self.time_input = bool(time_input)
+        self._id_dim = policy.n_agents
+        self.nets = nn.ModuleDict()
+        for key in self.policy_keys:
+            in_dim = policy.actors[key].net[0].in_features
+            in_dim += (self.state_dim + self._id_dim if self.state_dim else 0) + int(time_input)
+            self.nets[key] = mlp([in_dim, *hidden, 1], activation, out_gain=1.0)
+        self.register_buffer("agent_key", policy.agent_key.clone(), persistent=False)
+
+    def forward(
+        self,
+        policy: ActorPolicy,
+        obs: Tensor,
+        agent: Tensor,
+        state: Tensor | None = None,
+        time: Tensor | None = None,
+    ) -> Tensor:
+        """Values ``[M]`` of flat rows (``obs[M, D]``, ``agent[M]``, ``state[M, S]``, ``time[M]``);
+        observations go through ``policy``'s preprocessing (normaliser, agent id)."""
+        out = obs.new_zeros(obs.shape[0], dtype=torch.float32)
+        key_of_row = self.agent_key[agent]
+        for k, key in enumerate(self.policy_keys):
+            rows = (key_of_row == k).nonzero(as_tuple=True)[0]
+            if rows.numel() == 0:
+                continue
+            parts = [policy.preprocess(key, obs[rows], agent[rows])]
+            if self.state_dim:
+                assert state is not None, "a centralized critic needs the global state"
+                parts += [state[rows].float(), nn.functional.one_hot(agent[rows], self._id_dim).float()]
+            if self.time_input:
+                assert time is not None, "this critic takes the episode time"
+                parts.append(time[rows].float().unsqueeze(-1))
+            x = torch.cat(parts, -1) if len(parts) > 1 else parts[0]
+            out = out.index_put((rows,), self.nets[key](x).squeeze(-1))
+        return out

@@ -5,8 +5,8 @@ A driver is what a vector env runs, in this process (:class:`~grpo_marl.vec.loca
 in a worker process (:class:`~grpo_marl.vec.workers.WorkerVec`). It is the only place that calls
 an env's ``reset``/``step``, so it is where every env failure becomes one
 :class:`~grpo_marl.errors.EnvError` naming the env, the vector index and the episode's reset
-seed: an exception raised by the env, an observation of the wrong shape or dtype, or a
-non-finite observation or reward.
+seed: an exception raised by the env or an observation of the wrong shape. (Non-finite values
+are caught for every vector env alike, by the collectors.)
 """
 
 from __future__ import annotations
@@ -66,20 +66,6 @@ class Driver:
             f"reset seed {seed if seed >= 0 else 'none'}): {detail}"
         )
 
-    def _check_finite(self, rows: np.ndarray, out: Step, during: str) -> None:
-        if len(rows) == 0:
-            return
-        if out.obs.dtype.kind == "f":
-            bad_obs = ~np.isfinite(out.obs.reshape(len(out.obs), -1)).all(axis=1)
-        else:
-            bad_obs = np.zeros(len(out.obs), bool)
-        bad_rew = ~np.isfinite(out.rewards).all(axis=1)
-        bad = np.flatnonzero(bad_obs | bad_rew)
-        if len(bad):
-            k = int(bad[0])
-            what = "observation" if bad_obs[k] else "reward"
-            raise self._error(int(rows[k]), during, f"non-finite {what} (NaN or inf); check the env's dynamics")
-
     # -- commands --------------------------------------------------------------------------------
     def reset(self, seeds: Sequence[int], indices: Sequence[int] | None = None) -> Step:
         rows = np.arange(self.n) if indices is None else np.asarray(indices, dtype=np.int64)
@@ -96,7 +82,6 @@ class Driver:
             except Exception as exc:
                 raise self._error(int(i), "reset", f"{type(exc).__name__}: {exc}") from exc
             self.done[i] = bool(out.env_done[k])
-        self._check_finite(rows, out, "reset")
         self.out.put(rows, out)
         return out
 
@@ -114,7 +99,6 @@ class Driver:
             except Exception as exc:
                 raise self._error(int(i), "step", f"{type(exc).__name__}: {exc}") from exc
         self.done |= out.env_done
-        self._check_finite(live, out.rows(live), "step")
         return out.copy()
 
     def _write(self, i: int, rec: Step, k: int, writer: Callable[[Any, np.ndarray], None], obs: Any, j: int) -> None:
@@ -207,7 +191,10 @@ class PettingZooDriver(Driver):
         )
         self.index = {a: j for j, a in enumerate(agents)}
         self._writers = [obs_writer(env.observation_space(a)) for a in agents]
-        self.max_episode_steps = None
+        # PettingZoo envs end by themselves (every agent leaves); their cycle limit, where they
+        # declare one (mpe2, sisl, butterfly), bounds the storage of a rollout.
+        limit = vars(env.unwrapped).get("max_cycles")
+        self.max_episode_steps = int(limit) if isinstance(limit, int) else None
 
     def _write_agents(self, i: int, env: Any, rec: Step, k: int, obs: dict, infos: dict) -> None:
         lay = self.layout

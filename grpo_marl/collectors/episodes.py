@@ -1,0 +1,214 @@
+"""Episode groups (the GRPO data path): ``num_groups x G`` envs per collection, played to the end.
+
+``E = S * G`` envs run in lock-step: ``S`` seed-groups of ``G`` envs that start from the same
+joint state — the same reset seed (``seed`` / ``agent`` / ``seed_agent`` group modes), or one
+snapshot of a state visited in the previous collection restored into all G (``state``). Each
+(env, agent) pair becomes one rollout row; rows are arranged by
+:func:`grpo_marl.groups.arrange_groups` so that the members of each GRPO group are contiguous.
+
+``state`` groups: each seed-group's first env offers one snapshot at a random time of this
+collection; the next collection restores archived snapshots into most groups and runs each
+branch ``branch_horizon`` steps (or to the end), so start states move through whole episodes at no
+extra "trunk" cost.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from grpo_marl.batch import Batch
+from grpo_marl.collectors.base import Collector, Storage, episode_metrics, rows_of
+from grpo_marl.errors import UserInputError
+from grpo_marl.groups import GROUP_MODES, AgentGroups, arrange_groups, team_reward_fraction
+from grpo_marl.policies.mlp import ActorPolicy
+from grpo_marl.vec.base import Step, VecEnv
+
+
+@dataclass
+class Archived:
+    """A snapshot of one env at step ``t`` of its episode plus what the policy saw there."""
+
+    snap: Any
+    t: int
+    step: Step
+
+
+class EpisodeCollector(Collector):
+    """Collects ``num_groups`` seed-groups x ``group_size`` envs of episodes per call."""
+
+    def __init__(
+        self,
+        vec: VecEnv,
+        groups: AgentGroups,
+        num_groups: int,
+        group_size: int,
+        mode: str = "seed",
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        max_steps: int | None = None,
+        branch_horizon: int = 0,
+        state_reset_frac: float = 0.25,
+        env_name: str = "env",
+    ) -> None:
+        super().__init__(vec, device, seed, env_name)
+        if mode not in GROUP_MODES:
+            raise UserInputError(f"algo.group_mode={mode!r} is not valid; choose one of {', '.join(GROUP_MODES)}")
+        if mode in ("agent", "seed_agent") and vec.layout.num_agents == 1:
+            raise UserInputError(
+                f"algo.group_mode={mode} compares the agents of one env, and env {env_name!r} has one agent; "
+                "use algo.group_mode=seed or state"
+            )
+        if vec.num_envs != num_groups * group_size:
+            raise UserInputError(
+                f"the vector env has {vec.num_envs} envs but algo.num_groups * algo.group_size = "
+                f"{num_groups * group_size}; leave vec.num_envs unset (it is derived) or make them match"
+            )
+        if mode == "state" and not vec.supports_snapshot:
+            vec.snapshot([0])  # raises SnapshotUnsupported naming what to change
+        cap = max_steps or vec.max_episode_steps
+        if cap is None and vec.layout.num_agents == 1:
+            # A Gymnasium env without a limit may never end; PettingZoo envs end by themselves
+            # (every agent leaves), so their storage grows instead.
+            raise UserInputError(
+                f"env {env_name!r} has no episode limit (no TimeLimit wrapper, no max_episode_steps); "
+                "set vec.max_steps to cap each rollout"
+            )
+        self.groups = groups
+        self.num_groups = num_groups
+        self.group_size = group_size
+        self.mode = mode
+        self.max_steps = int(cap) if cap else None
+        self.horizon = int(branch_horizon) if (mode == "state" and branch_horizon) else (self.max_steps or 2**62)
+        self.state_reset_frac = float(state_reset_frac)
+        self.archive: list[Archived] = []
+        self.prev_len = min(self.max_steps or 50, 50)
+        self.member_ids = torch.as_tensor(arrange_groups("seed" if mode == "state" else mode, num_groups, group_size, groups))
+        self._storage: Storage | None = None
+
+    # -- collection ------------------------------------------------------------------------------
+    def _start(self) -> tuple[Step, np.ndarray, np.ndarray]:
+        """Reset every env (members of a group share a seed); ``state`` mode restores archived
+        snapshots into most groups. Returns the first step, each env's start time and which
+        groups started from a reset."""
+        g = self.group_size
+        step = self.reset(np.repeat(self.new_seeds(self.num_groups), g))
+        t0 = np.zeros(self.vec.num_envs, dtype=np.int64)
+        from_reset = np.ones(self.num_groups, dtype=bool)
+        if self.mode == "state" and self.archive:
+            n_restore = int(round(self.num_groups * (1.0 - self.state_reset_frac)))
+            picks = self.rng.integers(0, len(self.archive), size=n_restore)
+            idx: list[int] = []
+            snaps: list[Any] = []
+            for grp, k in zip(range(n_restore), picks, strict=True):
+                item = self.archive[int(k)]
+                members = np.arange(grp * g, (grp + 1) * g)
+                idx.extend(members.tolist())
+                snaps.extend([item.snap] * g)
+                for e in members:
+                    step.put([e], item.step)
+                t0[members] = item.t
+                from_reset[grp] = False
+            self.vec.restore(idx, snaps)
+        return step, t0, from_reset
+
+    @torch.no_grad()
+    def collect(self, policy: ActorPolicy) -> Batch:
+        started = time.perf_counter()
+        if self._storage is None:
+            self._storage = Storage(min(self.horizon, self.max_steps or 64), self.vec, policy, self.device)
+        st = self._storage
+        step, t0, from_reset = self._start()
+        n_env, g = self.vec.num_envs, self.group_size
+        snap_at = np.full(n_env, -1, dtype=np.int64)
+        new_archive: list[Archived] = []
+        if self.mode == "state":
+            # a uniform visited step of the previous collection (never 0: a reset gives that)
+            snap_at[::g] = self.rng.integers(1, max(2, self.prev_len), size=self.num_groups)
+        alive = step.alive.copy()
+        st.alive[:] = False
+        st.rewards[:] = 0.0
+        env_steps = 0
+        t = 0
+        while t < self.horizon and alive.any():
+            if self.mode == "state":
+                due = np.flatnonzero((snap_at == t) & ~step.env_done)
+                if len(due):
+                    for e, snap in zip(due, self.vec.snapshot(due.tolist()), strict=True):
+                        new_archive.append(Archived(snap, int(t0[e] + t), step.rows([e])))
+            if t == st.capacity:
+                st.grow()
+            obs_t, actions, logp, _ = self.act(policy, step)
+            st.obs[t] = obs_t
+            st.actions[t] = actions
+            st.logp[t] = logp
+            st.alive[t] = alive
+            if st.action_mask is not None and step.action_mask is not None:
+                st.action_mask[t] = step.action_mask
+            env_steps += int((~step.env_done).sum())
+            step = self.vec.step(policy.to_env(actions))
+            self.check(step, "step")
+            st.rewards[t] = step.rewards
+            alive = alive & step.alive
+            t += 1
+        if self.mode == "state" and new_archive:
+            self.archive = new_archive
+        self.prev_len = t
+        self.total_env_steps += env_steps
+        return self._batch(st, t, env_steps, np.repeat(from_reset, g) & ~alive.any(1), t0, time.perf_counter() - started)
+
+    def _batch(self, st: Storage, t: int, env_steps: int, full: np.ndarray, t0: np.ndarray, seconds: float) -> Batch:
+        n_e, n_a = self.vec.num_envs, self.vec.layout.num_agents
+        mask = rows_of(st.alive[:t], self.device)
+        rewards = rows_of(st.rewards[:t], self.device) * mask
+        rolls = {
+            "obs": rows_of(st.obs[:t], self.device),
+            "actions": rows_of(st.actions[:t], self.device),
+            "logp": rows_of(st.logp[:t], self.device),
+            "rewards": rewards,
+            "mask": mask,
+            "agent": torch.arange(n_a, device=self.device).repeat(n_e)[:, None].expand(n_e * n_a, t).contiguous(),
+        }
+        if st.action_mask is not None:
+            rolls["action_mask"] = rows_of(st.action_mask[:t], self.device)
+        ids = self.member_ids.reshape(-1)
+        pad = ids < 0
+        take = ids.clamp(min=0).to(self.device)
+        data = {k: v[take] for k, v in rolls.items()} if not bool((ids == torch.arange(len(ids))).all()) else rolls
+        if bool(pad.any()):
+            data["mask"][pad] = False
+            data["rewards"][pad] = 0.0
+        returns = (rewards.sum(-1)).reshape(n_e, n_a)
+        lengths = mask.reshape(n_e, n_a, t).any(1).sum(-1)
+        metrics = {
+            "rollout/steps": float(env_steps),
+            "rollout/episodes": float(n_e),
+            "rollout/rollout_return_mean": float(returns.mean(1).mean()),
+            "rollout/vector_utilization": env_steps / max(t * n_e, 1),
+            "time/collect_s": seconds,
+            "time/collect_env_sps": env_steps / max(seconds, 1e-9),
+        }
+        full_t = torch.as_tensor(full)
+        if bool(full_t.any()):
+            metrics.update(episode_metrics(returns[full_t], lengths[full_t], self.vec.agents, self.groups, "rollout"))
+        if n_a > 1:
+            metrics["rollout/team_reward_frac"] = team_reward_fraction(
+                rewards.reshape(n_e, n_a, t).cpu(), mask.reshape(n_e, n_a, t).cpu()
+            )
+        if self.mode == "state":
+            metrics["rollout/frac_restored_groups"] = float((t0[:: self.group_size] > 0).mean())
+            metrics["rollout/branch_start_mean"] = float(t0.mean())
+        return Batch(data, group_size=int(self.member_ids.shape[1]), metrics=metrics)
+
+    # -- resume ------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "archive": self.archive, "prev_len": self.prev_len}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.archive = list(state["archive"])
+        self.prev_len = int(state["prev_len"])

@@ -1,0 +1,48 @@
+"""The one evaluation loop: greedy (by default) episodes, one per seed, for every env kind."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from grpo_marl.collectors.base import episode_metrics
+from grpo_marl.groups import AgentGroups
+from grpo_marl.policies.mlp import ActorPolicy
+from grpo_marl.vec.base import VecEnv
+
+
+@torch.no_grad()
+def evaluate_policy(
+    policy: ActorPolicy,
+    vec: VecEnv,
+    seeds: Sequence[int],
+    device: torch.device | str = "cpu",
+    deterministic: bool = True,
+    max_steps: int | None = None,
+    groups: AgentGroups | None = None,
+) -> dict[str, float]:
+    """Play the first episode of every env of ``vec`` (env ``i`` reset with ``seeds[i]``) and
+    return ``eval/...`` metrics: the mean per-agent episode return and its spread over episodes,
+    plus per-group and per-agent means for multi-agent envs."""
+    if len(seeds) != vec.num_envs:
+        raise ValueError(f"evaluation needs one seed per env ({vec.num_envs}), got {len(seeds)}")
+    step = vec.reset([int(s) for s in seeds])
+    n, a = vec.num_envs, vec.layout.num_agents
+    returns = np.zeros((n, a), dtype=np.float64)
+    lengths = np.zeros(n, dtype=np.int64)
+    cap = max_steps or vec.max_episode_steps or 100_000
+    for _ in range(cap):
+        if step.env_done.all():
+            break
+        mask = None if step.action_mask is None else torch.as_tensor(step.action_mask, device=device)
+        actions, _ = policy.act(torch.as_tensor(step.obs, device=device), mask, deterministic=deterministic)
+        lengths += ~step.env_done
+        step = vec.step(policy.to_env(actions))
+        returns += step.rewards
+    out = episode_metrics(
+        torch.as_tensor(returns), torch.as_tensor(lengths), vec.agents, groups or policy.groups, "eval"
+    )
+    out["eval/episodes"] = float(n)
+    return out

@@ -1,0 +1,176 @@
+"""Fixed-horizon steps (the PPO data path): ``n_steps`` of every env per call, streaming.
+
+Episodes do not restart at update boundaries: the envs, the current step record and the running
+episode statistics carry over to the next call, as in SB3/CleanRL, so an episode may span several
+updates and the critic bootstraps from the observation after the last step. A finished env is
+reset by the collector in the same step (fresh seed from its RNG); the observation that ended the
+episode is kept as ``final_obs`` (with ``final_state``) for time-limit bootstrapping.
+
+Rows are (env, agent) pairs ``[E * A, n_steps]`` (groups of one: PPO compares nothing); ``time``
+is each step's elapsed fraction of its episode (a critic input for fixed-horizon tasks).
+
+Resume is exact: the state holds every env's snapshot, the current step record and the episode
+accumulators.
+"""
+
+from __future__ import annotations
+
+import time as clock
+from collections import deque
+from typing import Any
+
+import numpy as np
+import torch
+
+from grpo_marl.batch import Batch
+from grpo_marl.collectors.base import Collector, rows_of
+from grpo_marl.groups import AgentGroups
+from grpo_marl.policies.mlp import ActorPolicy
+from grpo_marl.vec.base import Step, VecEnv
+
+
+class StepCollector(Collector):
+    """``n_steps`` steps of every env per call; env state streams across calls."""
+
+    def __init__(
+        self,
+        vec: VecEnv,
+        groups: AgentGroups,
+        n_steps: int,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        env_name: str = "env",
+        stats_window: int = 100,
+    ) -> None:
+        super().__init__(vec, device, seed, env_name)
+        self.groups = groups
+        self.n_steps = int(n_steps)
+        n, a = vec.num_envs, vec.layout.num_agents
+        self.horizon = float(vec.max_episode_steps or n_steps)
+        self._step: Step | None = None
+        self.ep_return = np.zeros((n, a), dtype=np.float64)
+        self.ep_length = np.zeros(n, dtype=np.int64)
+        # Completed-episode statistics over a sliding window (SB3's ep_info_buffer, 100 episodes).
+        self.recent_returns: deque[float] = deque(maxlen=stats_window)
+        self.recent_lengths: deque[int] = deque(maxlen=stats_window)
+
+    @torch.no_grad()
+    def collect(self, policy: ActorPolicy) -> Batch:
+        started = clock.perf_counter()
+        vec, lay, dev = self.vec, self.vec.layout, self.device
+        t_n, n, a = self.n_steps, vec.num_envs, lay.num_agents
+        if self._step is None:
+            self._step = self.reset(self.new_seeds(n))
+        step = self._step
+        obs_dtype = torch.uint8 if lay.obs_dtype == np.uint8 else torch.float32
+        obs = torch.zeros((t_n, n, a, *lay.obs_shape), dtype=obs_dtype, device=dev)
+        actions_buf = torch.zeros((t_n, n, a, *policy.action_shape()), dtype=policy.action_dtype, device=dev)
+        logp_buf = torch.zeros((t_n, n, a), device=dev)
+        rewards = np.zeros((t_n, n, a), np.float32)
+        alive = np.zeros((t_n, n, a), bool)
+        terminated = np.zeros((t_n, n, a), bool)
+        truncated = np.zeros((t_n, n, a), bool)
+        final_obs = np.zeros((t_n, n, a, *lay.obs_shape), lay.obs_dtype)
+        elapsed = np.zeros((t_n, n), np.float32)
+        masks = np.zeros((t_n, n, a, max(lay.max_actions, 1)), bool) if lay.has_action_mask else None
+        states = final_states = None
+        if vec.with_state:
+            states = np.zeros((t_n, n, lay.state_dim), np.float32)
+            final_states = np.zeros((t_n, n, lay.state_dim), np.float32)
+        finished_returns: list[float] = []
+        finished_lengths: list[int] = []
+        for t in range(t_n):
+            obs_t, actions, logp, _ = self.act(policy, step)
+            obs[t], actions_buf[t], logp_buf[t] = obs_t, actions, logp
+            alive[t] = step.alive
+            elapsed[t] = self.ep_length / self.horizon
+            if masks is not None and step.action_mask is not None:
+                masks[t] = step.action_mask
+            if states is not None and step.state is not None:
+                states[t] = step.state
+            step = vec.step(policy.to_env(actions))
+            self.check(step, "step")
+            rewards[t] = step.rewards
+            terminated[t] = step.terminated
+            truncated[t] = step.truncated
+            self.ep_return += step.rewards
+            self.ep_length += 1
+            done = np.flatnonzero(step.env_done)
+            if len(done):
+                final_obs[t, done] = step.obs[done]
+                if final_states is not None and step.state is not None:
+                    final_states[t, done] = step.state[done]
+                finished_returns.extend(self.ep_return[done].mean(1).tolist())
+                finished_lengths.extend(self.ep_length[done].tolist())
+                self.ep_return[done] = 0.0
+                self.ep_length[done] = 0
+                step = step.copy()
+                step.put(done, self.reset(self.new_seeds(len(done)), done))
+        self._step = step
+        self.total_env_steps += n * t_n
+        self.recent_returns.extend(finished_returns)
+        self.recent_lengths.extend(finished_lengths)
+        data = {
+            "obs": rows_of(obs, dev),
+            "actions": rows_of(actions_buf, dev),
+            "logp": rows_of(logp_buf, dev),
+            "rewards": rows_of(rewards, dev),
+            "mask": rows_of(alive, dev),
+            "terminated": rows_of(terminated, dev),
+            "truncated": rows_of(truncated, dev),
+            "final_obs": rows_of(final_obs, dev),
+            "agent": torch.arange(a, device=dev).repeat(n)[:, None].expand(n * a, t_n).contiguous(),
+            "time": rows_of(np.broadcast_to(elapsed[:, :, None], (t_n, n, a)), dev),
+            "next_obs": torch.as_tensor(step.obs, device=dev).reshape(n * a, *lay.obs_shape),
+            "next_time": torch.as_tensor(np.repeat(self.ep_length / self.horizon, a), device=dev, dtype=torch.float32),
+        }
+        if masks is not None:
+            data["action_mask"] = rows_of(masks, dev)
+        if states is not None and final_states is not None and step.state is not None:
+            data["state"] = rows_of(np.broadcast_to(states[:, :, None], (t_n, n, a, lay.state_dim)), dev)
+            data["final_state"] = rows_of(np.broadcast_to(final_states[:, :, None], (t_n, n, a, lay.state_dim)), dev)
+            data["next_state"] = torch.as_tensor(np.repeat(step.state, a, axis=0), device=dev)
+        metrics = {
+            "rollout/steps": float(n * t_n),
+            "rollout/episodes_finished": float(len(finished_returns)),
+            "time/collect_s": clock.perf_counter() - started,
+        }
+        if self.recent_returns:
+            r = np.asarray(self.recent_returns)
+            metrics.update(
+                {
+                    "rollout/return_mean": float(r.mean()),
+                    "rollout/return_std": float(r.std()),
+                    "rollout/return_min": float(r.min()),
+                    "rollout/return_max": float(r.max()),
+                    "rollout/length_mean": float(np.mean(self.recent_lengths)),
+                }
+            )
+        return Batch(data, group_size=1, metrics=metrics)
+
+    # -- resume ------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            **super().state_dict(),
+            "ep_return": self.ep_return.copy(),
+            "ep_length": self.ep_length.copy(),
+            "recent_returns": list(self.recent_returns),
+            "recent_lengths": list(self.recent_lengths),
+            "step": None if self._step is None else self._step.copy(),
+        }
+        if self._step is not None:
+            state["vec"] = self.vec.get_state()  # raises SnapshotUnsupported naming what to change
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.ep_return = np.asarray(state["ep_return"], dtype=np.float64).copy()
+        self.ep_length = np.asarray(state["ep_length"], dtype=np.int64).copy()
+        self.recent_returns = deque(state["recent_returns"], maxlen=self.recent_returns.maxlen)
+        self.recent_lengths = deque(state["recent_lengths"], maxlen=self.recent_lengths.maxlen)
+        if state["step"] is None:
+            self._step = None
+            return
+        self.vec.reset([0] * self.vec.num_envs)  # initialise wrappers/bookkeeping, then overwrite
+        self.vec.set_state(state["vec"])
+        self._step = state["step"].copy()
