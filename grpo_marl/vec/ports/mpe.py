@@ -139,7 +139,8 @@ class _MpeVec(VecEnv):
         self._steps = np.zeros(E, np.int64)
         self._done = np.ones(E, bool)
         self._seeds: list[int | None] = [None] * E
-        self._rngs = [np.random.Generator(np.random.PCG64()) for _ in range(E)]
+        # per env: its Generator, or (lazily) the state dict of one, or None (entropy, when first needed)
+        self._rngs: list[Any] = [None] * E
         self._obs = np.zeros((E, A, *self.layout.obs_shape), np.float32)
         self._state = np.zeros((E, self.layout.state_dim), np.float32) if self.with_state else None
 
@@ -182,7 +183,12 @@ class _MpeVec(VecEnv):
         for i in range(A):
             if self.movable[i]:
                 table[i] = _MOVES * self.accel[i]  # -1.0 * 5.0 as mpe2's ``u *= sensitivity``
-        self._move_table = table[mv]  # [M, 5, 2]
+        # flat [M * 5, 2]: row 5 * m + move is movable agent m's action force
+        self._move_table = table[mv].reshape(-1, 2)
+        self._move_base = _MOVE_DIM * np.arange(len(mv))
+        self._all_movable = len(mv) == A
+        self._mass_mv = self.mass[mv][:, None]
+        self._n_actions_u = np.zeros(A, np.uint64)  # set with the spaces
         self._talkers = np.flatnonzero(~self.silent)
         self._comm_off = np.where(self.movable, _MOVE_DIM, 0)[self._talkers]  # continuous comm offset
         self._eye_c = np.eye(self.dim_c) if self.dim_c else np.zeros((0, 0))
@@ -239,23 +245,38 @@ class _MpeVec(VecEnv):
         self.action_spaces = act_spaces
         self.layout = layout_of(self.agent_names, obs_spaces, act_spaces, state_dim=sum(self.obs_dims))
         self._n_actions = np.array([int(s.n) if not self.continuous else 0 for s in act_spaces], np.int64)
+        self._n_actions_u = self._n_actions.astype(np.uint64)
         D = self.layout.obs_shape[0]
         self._state_idx = np.concatenate([i * D + np.arange(d) for i, d in enumerate(self.obs_dims)])
 
     # -- scenario hooks --------------------------------------------------------------------
-    def _draw(self, rng: np.random.Generator, w: _World, i: int) -> None:
-        """Write env ``i``'s initial state into ``w`` with mpe2's draw order: the scenario's goal
-        draws first, then ``uniform(-1, 1, 2)`` per agent and per landmark."""
-        self._draw_goals(rng, w, i)
-        A, L = len(self.agent_names), self.n_landmarks
-        xy = rng.uniform(-1, +1, (A + L) * 2).reshape(A + L, 2)  # the same stream as one call per entity
-        w.apos[i] = xy[:A]
-        w.lpos[i] = xy[A:]
-        w.avel[i] = 0.0
-        w.comm[i] = 0.0
+    def _draw(self, rng: np.random.Generator) -> tuple[list[int], np.ndarray]:
+        """One env's initial state in mpe2's draw order: the scenario's goal draws first, then
+        ``uniform(-1, 1, 2)`` per agent and per landmark (one call of the same stream)."""
+        goals = self._draw_goals(rng)
+        n = len(self.agent_names) + self.n_landmarks
+        return goals, rng.uniform(-1, +1, n * 2).reshape(n, 2)
 
-    def _draw_goals(self, rng: np.random.Generator, w: _World, i: int) -> None:
-        pass
+    def _draw_goals(self, rng: np.random.Generator) -> list[int]:
+        return []
+
+    def _rng(self, i: int) -> np.random.Generator:
+        """Env ``i``'s generator (materialized from a stored state, or from entropy like an
+        unseeded mpe2 env)."""
+        r = self._rngs[i]
+        if isinstance(r, np.random.Generator):
+            return r
+        g = np.random.Generator(np.random.PCG64())
+        if r is not None:
+            g.bit_generator.state = r
+        self._rngs[i] = g
+        return g
+
+    def _rng_state(self, i: int) -> dict:
+        r = self._rngs[i]
+        if r is None:
+            r = self._rng(i)
+        return copy.deepcopy(r.bit_generator.state if isinstance(r, np.random.Generator) else r)
 
     def _observe(self, w: _World) -> np.ndarray:
         raise NotImplementedError
@@ -273,14 +294,34 @@ class _MpeVec(VecEnv):
         if len(seeds) != len(idx):
             raise UserInputError(f"{self.name}: reset got {len(seeds)} seeds for {len(idx)} envs")
         w = self._world
-        for i, seed in zip(idx.tolist(), seeds, strict=True):
+        n, A = len(idx), len(self.agent_names)
+        xy = np.empty((n, A + self.n_landmarks, 2))
+        goals = np.empty((n, self.n_goals), np.int64)
+        leaders: dict[int, tuple[int, dict]] = {}  # seed -> (row, generator state after the draws)
+        for r, (i, seed) in enumerate(zip(idx.tolist(), seeds, strict=True)):
             if seed is not None:
                 seed = int(seed)
                 if seed < 0:
                     raise UserInputError(f"{self.name}: reset seeds must be >= 0, got {seed} for env {i}")
+                if seed in leaders:
+                    # same seed, same draws: copy the first env's (envs of one seed group)
+                    lead, after = leaders[seed]
+                    xy[r], goals[r] = xy[lead], goals[lead]
+                    self._rngs[i] = after
+                    self._seeds[i] = seed
+                    continue
                 self._rngs[i] = np.random.Generator(np.random.PCG64(seed))  # = gymnasium's seeding.np_random
+            rng = self._rng(i)
+            g, xy[r] = self._draw(rng)
+            goals[r] = g
+            if seed is not None:
+                leaders[seed] = (r, rng.bit_generator.state)
             self._seeds[i] = seed
-            self._draw(self._rngs[i], w, i)
+        w.apos[idx] = xy[:, :A]
+        w.lpos[idx] = xy[:, A:]
+        w.avel[idx] = 0.0
+        w.comm[idx] = 0.0
+        w.goal[idx] = goals
         self._steps[idx] = 0
         self._done[idx] = False
         sub = w.rows(idx)
@@ -290,7 +331,6 @@ class _MpeVec(VecEnv):
         if self._state is not None:
             state = self._state_of(obs)
             self._state[idx] = state
-        n, A = len(idx), len(self.agent_names)
         return Step(
             obs=obs.copy(),
             rewards=np.zeros((n, A), np.float32),
@@ -320,16 +360,19 @@ class _MpeVec(VecEnv):
         p = w.apos[:, mv]
         v = w.avel[:, mv]
         p_new = p + v * _DT
-        v_new = v * (1 - _DAMPING) + (force / self.mass[mv][:, None]) * _DT
+        v_new = v * (1 - _DAMPING) + (force / self._mass_mv) * _DT
         if self._speed_limit:
             speed = np.sqrt(np.square(v_new[..., 0]) + np.square(v_new[..., 1]))
             lim = self.max_speed[mv]
             over = speed > lim
             v_new = np.where(over[..., None], v_new / speed[..., None] * lim[:, None], v_new)
-        apos = w.apos.copy()
-        avel = w.avel.copy()
-        apos[:, mv] = p_new
-        avel[:, mv] = v_new
+        if self._all_movable:
+            apos, avel = p_new, v_new
+        else:
+            apos = w.apos.copy()
+            avel = w.avel.copy()
+            apos[:, mv] = p_new
+            avel[:, mv] = v_new
         if some_done:
             apos[done] = w.apos[done]
             avel[done] = w.avel[done]
@@ -425,16 +468,15 @@ class _MpeVec(VecEnv):
         a = a.astype(np.int64, copy=False)
         if done is not None:
             a = np.where(done[:, None], 0, a)
-        bad = (a < 0) | (a >= self._n_actions)
-        if bad.any():
-            e, k = (int(x) for x in np.argwhere(bad)[0])
+        if (a.view(np.uint64) >= self._n_actions_u).any():  # negative ids wrap to huge
+            e, k = (int(x) for x in np.argwhere((a < 0) | (a >= self._n_actions))[0])
             raise EnvError(
                 f"{self.name}: action {int(a[e, k])} of agent {self.agent_names[k]!r} is outside "
                 f"Discrete({int(self._n_actions[k])}) in vector env {e} (episode reset seed {self._seeds[e]})"
             )
         mv = self._mv
         move = a[:, mv] % _MOVE_DIM
-        u = self._move_table[np.arange(self._n_mv)[None, :], move]
+        u = np.take(self._move_table, move + self._move_base, axis=0)
         if len(talk):
             comm = np.zeros((E, A, self.dim_c))
             comm[:, talk] = self._eye_c[a[:, talk] // self._mdiv[talk]]
@@ -489,7 +531,7 @@ class _MpeVec(VecEnv):
                     steps=int(self._steps[i]),
                     done=bool(self._done[i]),
                     seed=self._seeds[i],
-                    rng_state=copy.deepcopy(self._rngs[i].bit_generator.state),
+                    rng_state=self._rng_state(i),
                     obs=self._obs[i].copy(),
                     state=None if self._state is None else self._state[i].copy(),
                 )
@@ -512,9 +554,7 @@ class _MpeVec(VecEnv):
             self._steps[i] = s.steps
             self._done[i] = s.done
             self._seeds[i] = s.seed
-            rng = np.random.Generator(np.random.PCG64())
-            rng.bit_generator.state = copy.deepcopy(s.rng_state)
-            self._rngs[i] = rng
+            self._rngs[i] = copy.deepcopy(s.rng_state)  # materialized when a reset draws from it
             self._obs[i] = s.obs
             if self._state is not None and s.state is not None:
                 self._state[i] = s.state
@@ -688,8 +728,8 @@ class SimpleSpeakerListenerVec(_MpeVec):
         self.mass = np.ones(2)
         self.obs_dims = [_DIM_COLOR, 2 + 2 * 3 + self.dim_c]
 
-    def _draw_goals(self, rng: np.random.Generator, w: _World, i: int) -> None:
-        w.goal[i, 0] = int(rng.integers(self.n_landmarks))
+    def _draw_goals(self, rng: np.random.Generator) -> list[int]:
+        return [int(rng.integers(self.n_landmarks))]
 
     def _observe(self, w: _World) -> np.ndarray:
         n = w.apos.shape[0]
@@ -746,9 +786,9 @@ class SimpleReferenceVec(_MpeVec):
         self.mass = np.ones(2)
         self.obs_dims = [2 + 6 + _DIM_COLOR + self.dim_c] * 2
 
-    def _draw_goals(self, rng: np.random.Generator, w: _World, i: int) -> None:
-        w.goal[i, 0] = int(rng.integers(self.n_landmarks))
-        w.goal[i, 1] = int(rng.integers(self.n_landmarks))
+    def _draw_goals(self, rng: np.random.Generator) -> list[int]:
+        # agent 0's goal first, then agent 1's
+        return [int(rng.integers(self.n_landmarks)), int(rng.integers(self.n_landmarks))]
 
     def _observe(self, w: _World) -> np.ndarray:
         n = w.apos.shape[0]
