@@ -1,186 +1,137 @@
-"""Joint env steps per second: the batched numpy ports vs the envs they port, in the same run.
+"""Steps/s of the batched numpy ports against the original envs' own vector env, same run.
 
-One function per env family returns table rows; ``main`` runs every family and writes a
-markdown table (default ``results/ports_speed.md``). Each row times the original (Gymnasium or
-mpe2 envs stepped one at a time in a Python loop over ``E`` envs, the way a single-process
-collector steps them) and the port (one array program over the same ``E`` envs), with random
-actions and whole episodes including resets, alternating the two over ``--rounds`` rounds and
-keeping each side's median. A joint step is one step of one env (all its agents).
+One function per env family returns its table rows; each row times the port and the reference
+on the same machine, back to back, at the same vector width, with the same pre-drawn uniform
+random actions (drawing them is outside the timed loop). Both keep every env busy: the
+reference autoresets (Gymnasium's ``SyncVectorEnv``), the port is reset by the loop as a
+streaming collector does (``reset(seeds, indices)`` of the envs that finished), and resets are
+inside the timed loop for both. Steps/s counts env transitions (vector steps x envs)::
 
-    python benchmarks/ports_speed.py --envs 128 --out results/ports_speed.md
-
-The machine may be shared: only the ratios within one invocation are comparable.
+    python -m benchmarks.ports_speed --num-envs 64 --out results/ports_speed.md
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
 import platform
-import statistics
-import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-Row = dict[str, object]
+CLASSIC = ("Acrobot-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0")
 
 
-def _median_pair(ref: Callable[[], float], port: Callable[[], float], rounds: int) -> tuple[float, float]:
-    """Alternate the two timings ``rounds`` times (so load changes hit both) and take medians."""
-    a, b = [], []
-    for _ in range(rounds):
-        a.append(ref())
-        b.append(port())
-    return statistics.median(a), statistics.median(b)
+@dataclass
+class Row:
+    env: str
+    port: str
+    port_sps: float
+    reference: str
+    reference_sps: float
 
 
-# -- classic control ----------------------------------------------------------------------------
-def classic_rows(num_envs: int, rounds: int, seconds: float) -> list[Row]:
-    """Classic-control ports (Acrobot, Pendulum, MountainCar): rows are added by their owner."""
-    return []
-
-
-# -- MPE ----------------------------------------------------------------------------------------
-MPE_CASES = [
-    ("simple_spread_v3", False),
-    ("simple_spread_v3", True),
-    ("simple_speaker_listener_v4", False),
-    ("simple_reference_v3", False),
-]
-
-
-def _mpe2_loop(name: str, continuous: bool, num_envs: int, seconds: float, seed0: int) -> float:
-    """mpe2's own ``parallel_env``, ``num_envs`` of them stepped in a Python loop (random actions)."""
-    from pettingzoo.utils.env_logger import EnvLogger
-
-    EnvLogger.suppress_output()
-    module = importlib.import_module(f"mpe2.{name}")
-    envs = [module.parallel_env(continuous_actions=continuous) for _ in range(num_envs)]
-    rng = np.random.default_rng(seed0)
-    spaces = {a: envs[0].action_space(a) for a in envs[0].possible_agents}
-    n, ep = 0, 0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds or ep == 0:
-        for i, env in enumerate(envs):
-            env.reset(seed=seed0 + ep * num_envs + i)
-        ep += 1
-        live = list(envs)
-        while live:
-            for env in live:
-                if continuous:
-                    act = {a: rng.random(spaces[a].shape, dtype=np.float32) for a in env.agents}
-                else:
-                    act = {a: int(rng.integers(spaces[a].n)) for a in env.agents}
-                env.step(act)
+def _rate(step: Callable[[int], None], num_envs: int, seconds: float) -> float:
+    """Env steps/s of ``step(t)`` called for at least ``seconds`` (after a short warm-up);
+    the best of three windows, so a stray pause on a shared machine does not count."""
+    for t in range(20):
+        step(t)
+    best = 0.0
+    for _ in range(3):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            for _ in range(50):
+                step(n)
                 n += 1
-            live = [env for env in live if env.agents]
-    return n / (time.perf_counter() - start)
+            dt = time.perf_counter() - t0
+            if dt >= seconds / 3:
+                break
+        best = max(best, n * num_envs / dt)
+    return best
 
 
-def _mpe_port_loop(name: str, continuous: bool, num_envs: int, seconds: float, seed0: int) -> float:
-    """The batched port over the same envs (one random action array per step)."""
+def _random_actions(space: Any, num_envs: int, count: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``count`` batches of uniform random actions, ``[E]`` (Discrete) or ``[E, k]`` (Box)."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        return list(rng.integers(0, int(space.n), (count, num_envs)))
+    low, high = space.low.astype(np.float64), space.high.astype(np.float64)
+    return list(rng.uniform(low, high, (count, num_envs, *space.shape)).astype(np.float32))
+
+
+def _time_port(vec: Any, actions: list[np.ndarray], seconds: float) -> float:
+    E = vec.num_envs
+    vec.reset(list(range(E)))
+    shaped = [a[:, None] if a.ndim == 1 else a[:, None, :] for a in actions]
+    next_seed = [E]
+
+    def step(t: int) -> None:
+        done = vec.step(shaped[t % len(shaped)]).env_done
+        if done.any():
+            idx = np.flatnonzero(done)
+            vec.reset(list(range(next_seed[0], next_seed[0] + len(idx))), idx)
+            next_seed[0] += len(idx)
+
+    return _rate(step, E, seconds)
+
+
+def classic_rows(num_envs: int, seconds: float) -> list[Row]:
+    """Gymnasium classic control: the ports of :mod:`grpo_marl.vec.ports.classic` vs
+    ``gymnasium.vector.SyncVectorEnv`` of ``gym.make(id)`` (what the sync path steps)."""
+    import gymnasium as gym
+
     from grpo_marl.vec.ports import port_class
 
-    vec = port_class(name)(num_envs, continuous_actions=continuous)
-    lay = vec.layout
-    rng = np.random.default_rng(seed0)
-    n, ep = 0, 0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds or ep == 0:
-        step = vec.reset([seed0 + ep * num_envs + i for i in range(num_envs)])
-        ep += 1
-        while not step.env_done.all():
-            if continuous:
-                act = rng.random((num_envs, lay.num_agents, max(lay.action_dims)), dtype=np.float32)
-            else:
-                act = rng.integers(0, np.asarray(lay.n_actions), (num_envs, lay.num_agents))
-            live = int((~step.env_done).sum())
-            step = vec.step(act)
-            n += live
-    return n / (time.perf_counter() - start)
-
-
-def mpe_rows(num_envs: int, rounds: int, seconds: float) -> list[Row]:
-    """Batched mpe2 ports vs mpe2's ``parallel_env`` stepped in a loop over ``num_envs`` envs."""
-    rows: list[Row] = []
-    for name, continuous in MPE_CASES:
-        ref, port = _median_pair(
-            lambda name=name, continuous=continuous: _mpe2_loop(name, continuous, num_envs, seconds, 0),
-            lambda name=name, continuous=continuous: _mpe_port_loop(name, continuous, num_envs, seconds, 0),
-            rounds,
-        )
-        rows.append(
-            {
-                "family": "mpe",
-                "env": name,
-                "actions": "continuous" if continuous else "discrete",
-                "envs": num_envs,
-                "reference": "mpe2 parallel_env, Python loop",
-                "ref_sps": ref,
-                "port_sps": port,
-            }
-        )
-        print(f"{name} {'cont' if continuous else 'disc'}: mpe2 {ref:,.0f}/s, port {port:,.0f}/s, {port / ref:.0f}x")
+    rows = []
+    for env_id in CLASSIC:
+        cls = port_class(env_id)
+        rng = np.random.default_rng(0)
+        ref = gym.vector.SyncVectorEnv([lambda env_id=env_id: gym.make(env_id) for _ in range(num_envs)])
+        actions = _random_actions(ref.single_action_space, num_envs, 256, rng)
+        ref.reset(seed=list(range(num_envs)))
+        ref_sps = _rate(lambda t, ref=ref, acts=actions: ref.step(acts[t % len(acts)]), num_envs, seconds)
+        ref.close()
+        port_sps = _time_port(cls(num_envs), actions, seconds)
+        rows.append(Row(env_id, cls.__name__, port_sps, "gymnasium SyncVectorEnv", ref_sps))
     return rows
 
 
-# -- table --------------------------------------------------------------------------------------
-def render(rows: list[Row], args: argparse.Namespace) -> str:
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    command = f"python benchmarks/ports_speed.py --envs {args.envs} --rounds {args.rounds} --seconds {args.seconds}"
-    machine = (
-        f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, Python "
-        f"{platform.python_version()}, numpy {np.__version__}; 1-min load average at the end {load:.1f} "
-        "(the machine is shared; compare ratios within this table only)"
-    )
-    method = (
-        f"Random actions, whole episodes with resets, one process; medians of {args.rounds} alternating "
-        f"rounds of >= {args.seconds:g} s each side. A joint step is one step of one env (all its agents)."
-    )
+FAMILIES: dict[str, Callable[[int, float], list[Row]]] = {"classic": classic_rows}
+
+
+def main(argv: list[str] | None = None) -> str:
+    p = argparse.ArgumentParser(description="batched port steps/s vs the original envs' vector env")
+    p.add_argument("--families", nargs="*", default=list(FAMILIES), choices=list(FAMILIES))
+    p.add_argument("--num-envs", type=int, default=64)
+    p.add_argument("--seconds", type=float, default=3.0, help="timing window per measurement")
+    p.add_argument("--out", type=Path, default=Path("results/ports_speed.md"))
+    a = p.parse_args(argv)
+    rows = [row for fam in a.families for row in FAMILIES[fam](a.num_envs, a.seconds)]
     lines = [
-        "# Batched ports: joint env steps per second",
+        (
+            f"Env steps/s (vector steps x envs), {a.num_envs} envs, uniform random actions, one process "
+            f"({platform.machine()}, numpy {np.__version__}); port and reference timed back to back in the "
+            "same run (`python -m benchmarks.ports_speed`)."
+        ),
         "",
-        f"Command: `{command}`  ",
-        f"Machine: {machine}.",
-        "",
-        method,
-        "",
-        "| family | env | actions | E | reference | reference steps/s | port steps/s | port / reference |",
-        "|---|---|---|---:|---|---:|---:|---:|",
+        "| env | port | port steps/s | reference | reference steps/s | speedup |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
-        ref, port = float(r["ref_sps"]), float(r["port_sps"])  # type: ignore[arg-type]
         lines.append(
-            f"| {r['family']} | {r['env']} | {r['actions']} | {r['envs']} | {r['reference']} | "
-            f"{ref:,.0f} | {port:,.0f} | {port / ref:.0f}x |"
+            f"| {r.env} | {r.port} | {r.port_sps:,.0f} | {r.reference} | {r.reference_sps:,.0f} "
+            f"| {r.port_sps / r.reference_sps:.1f}x |"
         )
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--envs", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=2.0, help="minimum seconds per timing")
-    parser.add_argument("--families", nargs="+", default=["classic", "mpe"], choices=["classic", "mpe"])
-    parser.add_argument("--out", default="results/ports_speed.md")
-    args = parser.parse_args(argv)
-    rows: list[Row] = []
-    if "classic" in args.families:
-        rows += classic_rows(args.envs, args.rounds, args.seconds)
-    if "mpe" in args.families:
-        rows += mpe_rows(args.envs, args.rounds, args.seconds)
-    text = render(rows, args)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(text)
+    text = "\n".join(lines) + "\n"
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(text)
+    print(text, flush=True)
+    return text
 
 
 if __name__ == "__main__":

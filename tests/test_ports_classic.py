@@ -233,8 +233,8 @@ def test_done_envs_are_frozen(env_id: str) -> None:
         actions = case.policy(obs, rng)
         step = vec.step(actions)
         _check_step(step, ref.step(actions, live), live)
-        for i in final:
-            np.testing.assert_array_equal(step.obs[i, 0], final[i])
+        for i, last in final.items():
+            np.testing.assert_array_equal(step.obs[i, 0], last)
         assert not step.alive[~live].any() and step.env_done[~live].all()
         for i in np.flatnonzero(live & step.env_done):
             final[int(i)] = step.obs[i, 0].copy()

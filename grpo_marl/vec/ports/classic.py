@@ -473,19 +473,21 @@ class MountainCarContinuousVec(_ClassicVec):
         # 0.0025 * math.cos(3 * position): float64 position when fresh, float32 (3 * p in float32) after
         p64, v64 = s[:, 0], s[:, 1]
         p32, v32 = p64.astype(np.float32), v64.astype(np.float32)
-        c = 0.0025 * np.where(fresh, np.cos(3 * p64), np.cos((3 * p32).astype(np.float64)))
+        c = 0.0025 * np.cos(np.where(fresh, 3 * p64, (3 * p32).astype(np.float64)))
         # force * power - c: float32 (c cast to float32) unless the force is a clipped Python float
         dv = np.where(f_clip, fp64 - c, (fp32 - c.astype(np.float32)).astype(np.float64))
 
-        # fresh rows: float64 throughout
-        vf = v64 + dv
-        vf = np.where(vf > self.max_speed, self.max_speed, vf)
-        vf = np.where(vf < -self.max_speed, -self.max_speed, vf)
-        pf = p64 + vf
-        pf = np.where(pf > self.max_position, self.max_position, pf)
-        pf = np.where(pf < self.min_position, self.min_position, pf)
-        vf = np.where((pf == self.min_position) & (vf < 0), 0.0, vf)
-        term_f = (pf >= self.goal_position) & (vf >= gv)
+        # fresh rows (the first step after a reset): float64 throughout
+        any_fresh = bool(fresh.any())
+        if any_fresh:
+            vf = v64 + dv
+            vf = np.where(vf > self.max_speed, self.max_speed, vf)
+            vf = np.where(vf < -self.max_speed, -self.max_speed, vf)
+            pf = p64 + vf
+            pf = np.where(pf > self.max_position, self.max_position, pf)
+            pf = np.where(pf < self.min_position, self.min_position, pf)
+            vf = np.where((pf == self.min_position) & (vf < 0), 0.0, vf)
+            term_f = (pf >= self.goal_position) & (vf >= gv)
 
         # the other rows: float32 scalars, Python floats cast to float32 on contact
         vs = v32 + dv.astype(np.float32)
@@ -506,9 +508,11 @@ class MountainCarContinuousVec(_ClassicVec):
         )
         term_s = pos_ok & vel_ok
 
-        terminated = np.where(fresh, term_f, term_s)
-        position = np.where(fresh, pf.astype(np.float32), ps)
-        velocity = np.where(fresh, vf.astype(np.float32), vs)
+        terminated, position, velocity = term_s, ps, vs
+        if any_fresh:
+            terminated = np.where(fresh, term_f, term_s)
+            position = np.where(fresh, pf.astype(np.float32), ps)
+            velocity = np.where(fresh, vf.astype(np.float32), vs)
         obs = np.stack([position, velocity], axis=1)  # float32, as the original's state
         reward = np.where(terminated, 100.0, 0.0) - _pow2(act.astype(np.float64)) * 0.1
         return obs.astype(np.float64), obs, reward, terminated
