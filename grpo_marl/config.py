@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from grpo_marl import schema
+from grpo_marl.errors import ConfigError
 from grpo_marl.registry import EnvSpec, get_spec
 
-
-class ConfigError(ValueError):
-    """Invalid configuration; the message lists every problem and what to change."""
+__all__ = ["ConfigError", "register_validator", "resolve_config", "user_override_keys", "validate"]
 
 
 def _safe(name: str) -> str:
@@ -89,12 +90,12 @@ def unknown_keys(cfg: DictConfig, ref: DictConfig, prefix: str = "") -> list[str
     import difflib
 
     problems = []
-    for key in cfg.keys():
+    for key in cfg:
         full = f"{prefix}{key}"
         if full in FREE_FORM or key == "env_kind":
             continue
         if key not in ref:
-            close = difflib.get_close_matches(str(key), [str(k) for k in ref.keys()], n=1)
+            close = difflib.get_close_matches(str(key), [str(k) for k in ref], n=1)
             hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
             problems.append(f"unknown key {full}{hint}")
             continue
@@ -104,13 +105,75 @@ def unknown_keys(cfg: DictConfig, ref: DictConfig, prefix: str = "") -> list[str
     return problems
 
 
+def check_command_line(args: list[str]) -> list[str]:
+    """Problems with the command line's keys and config-group options, before Hydra composes.
+
+    Hydra reports an unknown key as a stack of composition errors (exit 1); this names the key, the
+    closest existing one and the options of a config group, so the CLI can exit 2 with one line each.
+    """
+    import difflib
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = [a for a in args if "=" in a and not a.startswith("-")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides=overrides)
+    except Exception:  # noqa: BLE001  (a syntax error: Hydra's own message says where)
+        return []
+    problems = []
+    choices = {"algo": "grpo", "model": "default", "text": "default"}
+    for ov in parsed:
+        if ov.key_or_group in CONFIG_GROUPS:
+            if ov.is_sweep_override() or ov.is_delete():
+                return []  # sweeps over config groups: Hydra checks each job
+            option = str(ov.value())
+            options = sorted(p.stem for p in (_CONF_DIR / ov.key_or_group).glob("*.yaml"))
+            if option not in options:
+                problems.append(
+                    f"{ov.key_or_group}={option} is not a config option; choose one of {', '.join(options)}"
+                )
+            choices[ov.key_or_group] = option
+    if problems:
+        return problems
+    ref = reference_config(choices)
+    for ov in parsed:
+        key = ov.key_or_group
+        if key in CONFIG_GROUPS or key.startswith("hydra") or key == "env_kind":
+            continue
+        if any(key.startswith(f + ".") for f in FREE_FORM):
+            if not ov.is_add() and not ov.is_force_add():
+                section = next(f for f in FREE_FORM if key.startswith(f + "."))
+                problems.append(
+                    f"{section} keys are free-form: add {key} with a +, e.g. +{key}={ov.input_line.split('=', 1)[1]}"
+                )
+            continue
+        if key in FREE_FORM:
+            continue
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(ref, parent) if parent else ref
+        if isinstance(node, DictConfig) and leaf in node:
+            continue
+        if not isinstance(node, DictConfig) or not len(node):
+            if node is None and parent in FREE_FORM:
+                continue
+            problems.append(f"unknown key {key}")
+            continue
+        close = difflib.get_close_matches(leaf, [str(k) for k in node], n=1)
+        hint = f" (did you mean {parent + '.' if parent else ''}{close[0]}?)" if close else ""
+        problems.append(f"unknown key {key}{hint}")
+    return problems
+
+
 def resolve_config(cfg: DictConfig, overrides: list[str] | None = None) -> DictConfig:
     """Merge env defaults under the command-line overrides and fill derived sizes."""
     bad = unknown_keys(cfg, reference_config(group_choices(overrides or [])))
     if bad:
         raise ConfigError(
-            "invalid configuration:\n  - " + "\n  - ".join(bad)
-            + "\n(keys must exist in grpo_marl/conf; free-form sections: " + ", ".join(FREE_FORM) + ")"
+            "invalid configuration:\n  - "
+            + "\n  - ".join(bad)
+            + "\n(keys must exist in grpo_marl/conf; free-form sections: "
+            + ", ".join(FREE_FORM)
+            + ")"
         )
     spec = get_spec(str(cfg.env))
     out = cfg.copy()
@@ -136,10 +199,10 @@ def resolve_config(cfg: DictConfig, overrides: list[str] | None = None) -> DictC
 
 def derive_sizes(cfg: DictConfig) -> None:
     """Fill sizes that follow from others (e.g. GRPO's vector width = num_groups * group_size)."""
-    if cfg.algo.name == "grpo" and cfg.get("env_kind", "gymnasium") == "gymnasium":
-        if not cfg.vec.num_envs:
-            cfg.vec.num_envs = int(cfg.algo.num_groups) * int(cfg.algo.group_size)
-    if cfg.algo.name == "ppo" and cfg.get("env_kind", "gymnasium") == "gymnasium":
+    control = cfg.get("env_kind", "gymnasium") in ("gymnasium", "pettingzoo")
+    if cfg.algo.name == "grpo" and control and not cfg.vec.num_envs:
+        cfg.vec.num_envs = int(cfg.algo.num_groups) * int(cfg.algo.group_size)
+    if cfg.algo.name in ("ppo", "mappo", "ippo") and control:
         # PPO: n_envs streams of n_steps per update, split into minibatches of ~batch_size (SB3).
         if not cfg.vec.num_envs:
             cfg.vec.num_envs = int(cfg.algo.n_envs)
@@ -175,28 +238,69 @@ def _positive(errors: list[str], cfg: DictConfig, key: str, strict: bool = True,
         errors.append(f"{key}={value!r} must be {'> 0' if strict else '>= 0'}")
 
 
+#: Which env kinds each algorithm trains (``grpo`` trains every kind).
+ALGO_KINDS: dict[str, tuple[str, ...]] = {
+    "grpo": ("gymnasium", "pettingzoo", "text"),
+    "ppo": ("gymnasium",),
+    "mappo": ("pettingzoo",),
+    "ippo": ("pettingzoo",),
+}
+_KIND_WORDS = {
+    "gymnasium": "a single-agent Gymnasium env",
+    "pettingzoo": "a multi-agent PettingZoo env",
+    "text": "a text env",
+}
+_KIND_PLURAL = {
+    "gymnasium": "single-agent Gymnasium envs",
+    "pettingzoo": "multi-agent PettingZoo envs",
+    "text": "text envs",
+}
+
+
 @register_validator
 def _validate_common(cfg: DictConfig) -> list[str]:
+    """Cross-key rules shared by every algorithm (types and ranges are in :mod:`grpo_marl.schema`)."""
     errors: list[str] = []
-    _positive(errors, cfg, "total_steps", integer=True)
-    _positive(errors, cfg, "eval.episodes", integer=True)
-    if OmegaConf.select(cfg, "eval.final_episodes") is not None:
-        _positive(errors, cfg, "eval.final_episodes", integer=True)
-    _positive(errors, cfg, "eval.every_steps", strict=False, integer=True)
-    _positive(errors, cfg, "log.every", integer=True)
-    _positive(errors, cfg, "checkpoint.every", strict=False, integer=True)
     dev = str(cfg.device)
     if not (dev in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", dev)):
-        errors.append(f"device={dev!r} is not valid; use auto, cpu, cuda or cuda:N")
+        errors.append(f"device={dev} is not valid; use auto, cpu, cuda or cuda:N")
     elif dev.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
             errors.append(f"device={dev} but CUDA is not available here; use device=auto or device=cpu")
-    _choice(errors, cfg, "vec.vectorization", ("auto", "native", "sync", "async"))
-    if not isinstance(cfg.seed, int):
-        errors.append(f"seed={cfg.seed!r} must be an integer")
+    t = cfg.train
+    if t.stop_on_threshold is True:
+        if t.threshold is None:
+            errors.append(
+                f"train.stop_on_threshold=true but env {cfg.env!r} has no threshold; set train.threshold=<return>"
+            )
+        if _int_or_none(cfg.eval.every_steps) == 0:
+            errors.append(
+                "train.stop_on_threshold=true needs periodic evaluations; set eval.every_steps=<env steps>, e.g. 10000"
+            )
     return errors
+
+
+def _algo_kind_error(cfg: DictConfig) -> str | None:
+    """An algorithm that cannot train this kind of env (every other check would be noise then)."""
+    from grpo_marl.algos import ALGOS
+
+    name, kind = str(cfg.algo.name), str(cfg.get("env_kind", "gymnasium"))
+    if name not in ALGOS:
+        return f"algo.name={name} is not an installed algorithm; choose one of {', '.join(sorted(ALGOS))}"
+    kinds = ALGO_KINDS.get(name)
+    if kinds is not None and kind not in kinds:
+        fits = " or ".join(f"algo={a}" for a, ks in ALGO_KINDS.items() if kind in ks)
+        return (
+            f"algo={name} trains {' and '.join(_KIND_PLURAL[k] for k in kinds)} only, but env {cfg.env!r} is "
+            f"{_KIND_WORDS.get(kind, kind)}; use {fits}"
+        )
+    return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 @register_validator
@@ -205,43 +309,14 @@ def _validate_grpo(cfg: DictConfig) -> list[str]:
         return []
     a = cfg.algo
     errors: list[str] = []
-    if not isinstance(a.group_size, int) or a.group_size < 2:
-        errors.append(
-            f"algo.group_size={a.group_size!r}: a group needs at least 2 rollouts to compare "
-            "(set algo.group_size=8, for example)"
-        )
-    _positive(errors, cfg, "algo.num_groups", integer=True)
-    _positive(errors, cfg, "algo.lr")
-    _positive(errors, cfg, "algo.epochs", integer=True)
-    _positive(errors, cfg, "algo.minibatches", integer=True)
-    _positive(errors, cfg, "algo.clip_eps_low", strict=False)
-    _positive(errors, cfg, "algo.clip_eps_high", strict=False)
-    _positive(errors, cfg, "algo.beta", strict=False)
-    _positive(errors, cfg, "algo.entropy_coef", strict=False)
-    _positive(errors, cfg, "algo.max_grad_norm", strict=False)
-    _positive(errors, cfg, "algo.ref_refresh", strict=False, integer=True)
-    if isinstance(a.clip_eps_low, (int, float)) and a.clip_eps_low >= 1:
-        errors.append(f"algo.clip_eps_low={a.clip_eps_low} must be < 1 (ratios are clipped to [1-eps_low, 1+eps_high])")
-    if isinstance(a.gamma, (int, float)) and not 0 <= a.gamma <= 1:
-        errors.append(f"algo.gamma={a.gamma} must be in [0, 1]")
-    _choice(errors, cfg, "algo.group_mode", ("seed", "state", "agent", "seed_agent"))
-    _choice(errors, cfg, "algo.advantage", ("outcome", "rtg"))
-    _choice(errors, cfg, "algo.scale", ("group", "batch", "none"))
-    _choice(errors, cfg, "algo.lr_schedule", ("constant", "linear", "cosine"))
-    _choice(errors, cfg, "algo.zero_std", ("keep", "skip", "resample"))
-    _choice(errors, cfg, "algo.rollout", ("batch", "stream"))
-    from grpo_marl.losses import AGGREGATIONS, LOSSES
+    from grpo_marl.losses import AGGREGATIONS, LOSSES, GRPOLoss
 
+    # The installed aggregations / GRPO-family losses (extensions may register more than the schema names).
     _choice(errors, cfg, "algo.aggregation", tuple(AGGREGATIONS))
-    from grpo_marl.losses import GRPOLoss
-
-    # Only GRPO-family losses take GRPO's inputs (PPO's loss needs values and returns).
     _choice(errors, cfg, "algo.loss", tuple(k for k, v in LOSSES.items() if issubclass(v, GRPOLoss)))
     kind = cfg.get("env_kind", "gymnasium")
-    if kind == "gymnasium" and a.group_mode not in ("seed", "state"):
-        errors.append(
-            f"algo.group_mode={a.group_mode} needs a multi-agent env; single-agent envs use seed or state"
-        )
+    if kind == "gymnasium" and a.group_mode in ("agent", "seed_agent"):
+        errors.append(f"algo.group_mode={a.group_mode} needs a multi-agent env; single-agent envs use seed or state")
     if a.group_mode == "state" and kind == "gymnasium" and cfg.vec.vectorization == "async":
         errors.append("algo.group_mode=state needs env snapshots: use vec.vectorization=sync or auto")
     if a.get("rollout", "batch") == "stream":
@@ -252,16 +327,36 @@ def _validate_grpo(cfg: DictConfig) -> list[str]:
             )
         elif cfg.vec.vectorization == "async":
             errors.append("algo.rollout=stream starts members from env snapshots: use vec.vectorization=sync or auto")
+    groups, size, n = _int_or_none(a.num_groups), _int_or_none(a.group_size), _int_or_none(cfg.vec.num_envs)
+    if kind == "gymnasium" and groups and size and n and n != groups * size:
+        errors.append(
+            f"vec.num_envs={n} does not fit algo.num_groups={groups} x algo.group_size={size} = {groups * size} "
+            "(GRPO runs one env per group member); leave vec.num_envs=0 to derive it"
+        )
     return errors
 
 
 def validate(cfg: DictConfig) -> None:
-    """Run every registered validator; raise one :class:`ConfigError` listing all problems."""
+    """Check every declared key's type and range (:mod:`grpo_marl.schema`), then every registered
+    cross-key validator; raise one :class:`ConfigError` listing all problems, one line each."""
     from grpo_marl.algos import _load_builtin_algos
 
     _load_builtin_algos()  # algorithms register their own validators when imported
-    errors: list[str] = []
+    wrong_algo = _algo_kind_error(cfg)
+    if wrong_algo:
+        raise ConfigError("invalid configuration:\n  - " + wrong_algo)
+    bad = schema.check(cfg)
+    errors: list[str] = list(bad.values())
     for fn in VALIDATORS:
-        errors.extend(fn(cfg))
+        try:
+            found = fn(cfg)
+        except Exception:
+            if not bad:
+                raise
+            continue  # a validator tripped over a value the schema already reported
+        for message in found:
+            key = message.split("=", 1)[0].split(" ", 1)[0]
+            if key not in bad and message not in errors:
+                errors.append(message)
     if errors:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(errors))

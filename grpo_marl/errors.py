@@ -58,3 +58,12 @@ EnvWorkerError = EnvError
 
 class RemoteRankError(TrainingStopped):
     """Another torchrun rank failed (its message is quoted); this rank stops with it."""
+
+
+# -- appended by the reliability work (issue 12) -----------------------------------------------
+class RunDirError(UserInputError):
+    """The run directory is in use by another run, or already holds a run (pass ``resume=``)."""
+
+
+class CheckpointError(UserInputError):
+    """No usable checkpoint: the file is missing, truncated, not a checkpoint, or another run's."""

@@ -28,6 +28,7 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Any, Any, Any]:
     """Return ``(cfg, task, checkpoint)`` with the checkpoint's policy weights loaded."""
     from grpo_marl.algos import ALGOS, _load_builtin_algos
     from grpo_marl.checkpoint import load_checkpoint
+    from grpo_marl.errors import UserInputError
     from grpo_marl.registry import get_spec
     from grpo_marl.tasks import make_task
     from grpo_marl.trainer import resolve_device
@@ -35,7 +36,7 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Any, Any, Any]:
     run_dir = Path(run_dir)
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.exists():
-        raise FileNotFoundError(f"{cfg_path} not found: run=... must be a run directory written by grpo_marl.train")
+        raise UserInputError(f"{cfg_path} not found: run=... must be a run directory written by grpo_marl.train")
     cfg = OmegaConf.load(cfg_path)
     cfg.device = device
     dev = resolve_device(device)
@@ -66,7 +67,9 @@ def record_gifs(cfg: Any, task: Any, out_dir: Path, episodes: int, seed: int) ->
         done, total = False, 0.0
         while not done:
             with torch.no_grad():
-                action, _ = task.policy.act(torch.as_tensor(np.asarray(obs)[None], device=task.device), deterministic=True)
+                action, _ = task.policy.act(
+                    torch.as_tensor(np.asarray(obs)[None], device=task.device), deterministic=True
+                )
             obs, reward, terminated, truncated, _ = env.step(task.policy.to_env(action)[0])
             total += float(reward)
             done = terminated or truncated
@@ -79,27 +82,102 @@ def record_gifs(cfg: Any, task: Any, out_dir: Path, episodes: int, seed: int) ->
     return paths
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    argv = sys.argv[1:] if argv is None else argv
-    args = OmegaConf.from_dotlist(argv)
-    unknown = set(args) - OPTIONS
-    if "run" not in args or unknown:
-        print(f"error: {'unknown options ' + str(sorted(unknown)) if unknown else 'run=DIR is required'}\n{USAGE}", file=sys.stderr)
-        sys.exit(2)
-    run_dir = Path(str(args.run))
+def parse_args(argv: list[str]) -> dict[str, Any]:
+    """Checked options (defaults filled in); :class:`UserInputError` names the first bad one."""
+    from grpo_marl.errors import UserInputError
+
+    for arg in argv:
+        if "=" not in arg or arg.startswith("-"):
+            raise UserInputError(f"{arg!r} is not an option=value argument")
     try:
-        cfg, task, ckpt = load_run(run_dir, str(args.get("device", "cpu")))
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        args = OmegaConf.to_container(OmegaConf.from_dotlist(argv))
+    except Exception as exc:
+        raise UserInputError(f"cannot parse the arguments ({exc})") from exc
+    assert isinstance(args, dict)
+    unknown = sorted(set(args) - OPTIONS)
+    if unknown:
+        raise UserInputError(f"unknown options {unknown}")
+    if "run" not in args:
+        raise UserInputError("run=DIR is required")
+    out: dict[str, Any] = {
+        "run": str(args["run"]),
+        "episodes": args.get("episodes"),
+        "video": args.get("video", False),
+        "video_episodes": args.get("video_episodes", 1),
+        "device": str(args.get("device", "cpu")),
+        "seed_offset": args.get("seed_offset", 2000),
+        "deterministic": args.get("deterministic"),
+    }
+    for key, low in (("episodes", 1), ("video_episodes", 1), ("seed_offset", 0)):
+        value = out[key]
+        if value is None and key == "episodes":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise UserInputError(f"{key}={value} must be an integer >= {low}")
+    for key in ("video", "deterministic"):
+        value = out[key]
+        if value is not None and not isinstance(value, bool):
+            raise UserInputError(f"{key}={value} must be true or false")
+    dev = out["device"]
+    if not (dev in ("cpu", "cuda", "auto") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+        raise UserInputError(f"device={dev} is not valid; use cpu, cuda, cuda:N or auto")
+    if dev.startswith("cuda") and not torch.cuda.is_available():
+        raise UserInputError(f"device={dev} but CUDA is not available here; use device=cpu")
+    return out
+
+
+def check_run(args: dict[str, Any]) -> Any:
+    """The run's saved config, after every check that needs no env (refusals before any work)."""
+    from grpo_marl.errors import CheckpointError, MissingExtraError, UserInputError
+    from grpo_marl.registry import get_spec
+    from grpo_marl.tasks import check_extras
+
+    run_dir = Path(args["run"])
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.exists():
+        raise UserInputError(f"{cfg_path} not found: run=... must be a run directory written by grpo_marl.train")
+    cfg = OmegaConf.load(cfg_path)
+    spec = get_spec(str(cfg.env))
+    check_extras(cfg, spec)
+    if args["video"]:
+        if spec.kind != "gymnasium":
+            raise UserInputError(
+                f"video=true records single-agent Gymnasium envs; env {cfg.env!r} is of kind {spec.kind!r} "
+                "(drop video=true)"
+            )
+        try:
+            import PIL  # noqa: F401
+        except ImportError as exc:
+            raise MissingExtraError(
+                "video=true needs Pillow, which is not installed: pip install 'grpo_marl[video]'"
+            ) from exc
+    from grpo_marl.checkpoint import checkpoint_path, previous_path
+
+    if not checkpoint_path(run_dir).exists() and not previous_path(run_dir).exists():
+        raise CheckpointError(f"{checkpoint_path(run_dir)} not found: the run wrote no checkpoint to evaluate")
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from grpo_marl.errors import UserInputError
+
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_args(argv)
+        cfg = check_run(args)
+        run_dir = Path(args["run"])
+        cfg, task, ckpt = load_run(run_dir, args["device"])
+    except UserInputError as exc:
+        print(f"error: {exc}\n{USAGE}", file=sys.stderr)
         sys.exit(2)
-    episodes = int(args.get("episodes", cfg.eval.episodes))
-    seed_offset = int(args.get("seed_offset", 2000))
-    if "deterministic" in args:
-        cfg.eval.deterministic = bool(args.deterministic)
+    episodes = int(args["episodes"] if args["episodes"] is not None else cfg.eval.episodes)
+    seed_offset = int(args["seed_offset"])
+    if args["deterministic"] is not None:
+        cfg.eval.deterministic = bool(args["deterministic"])
     result: dict[str, Any] = task.evaluate(task.policy, episodes, seed_offset=seed_offset)
     result.update({"run": str(run_dir), "env_steps": int(ckpt["counters"]["env_steps"])})
-    if bool(args.get("video", False)):
-        gifs = record_gifs(cfg, task, run_dir / "videos", int(args.get("video_episodes", 1)), 3_000_000 + seed_offset)
+    if args["video"]:
+        gifs = record_gifs(cfg, task, run_dir / "videos", int(args["video_episodes"]), 3_000_000 + seed_offset)
         result["videos"] = [str(p) for p in gifs]
     task.close()
     (run_dir / "eval.json").write_text(json.dumps(result, indent=2) + "\n")

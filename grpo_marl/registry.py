@@ -7,7 +7,9 @@ threshold. Three ways to reach an env without editing the framework:
 * ``grpo_marl.register_env("my_env", factory, kind="gymnasium")`` from Python;
 * the ``grpo_marl.envs`` entry-point group of an installed package (each entry point is a
   callable that registers its envs when loaded, or a factory registered under the entry's name);
-* ``env=package.module:factory`` on the CLI, or ``env=gym:ID`` for any Gymnasium id.
+* ``env=package.module:factory`` on the CLI, ``env=gym:ID`` for any Gymnasium id, or
+  ``env=pz:<namespace>/<name>-v<N>`` for any PettingZoo id (AEC-only ids included, converted with
+  ``aec_to_parallel``; turn-based games are refused, they cannot step all agents at once).
 
 Built-in envs live in the top-level ``envs`` package and are imported lazily on first lookup so
 ``import grpo_marl`` stays cheap (no transformers/pettingzoo import until needed).
@@ -16,9 +18,14 @@ Built-in envs live in the top-level ``envs`` package and are imported lazily on 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any
+
+from grpo_marl.errors import MissingExtraError, UnknownEnvError, UserInputError
+
+__all__ = ["EnvSpec", "UnknownEnvError", "get_spec", "list_envs", "make_env", "register_env"]
 
 KINDS = ("gymnasium", "pettingzoo", "text")
 BUILTIN_MODULES = ("envs.classic_control", "envs.multiagent", "envs.text")
@@ -45,13 +52,6 @@ class EnvSpec:
 _REGISTRY: dict[str, EnvSpec] = {}
 _BUILTINS_LOADED = False
 _ENTRY_POINTS_LOADED = False
-
-
-class UnknownEnvError(KeyError):
-    """Raised for an env name that is neither registered nor a ``gym:``/``module:factory`` ref."""
-
-    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
-        return str(self.args[0])
 
 
 def register_env(
@@ -166,14 +166,34 @@ def get_spec(name: str) -> EnvSpec:
         return _REGISTRY[name]
     if name.startswith("gym:"):
         return _gym_spec(name)
+    if name.startswith("pz:"):
+        return _pz_spec(name)
     if ":" in name:
         return _import_spec(name)
-    known = ", ".join(sorted(_REGISTRY))
-    raise UnknownEnvError(
-        f"unknown env {name!r}. Known envs: {known}. "
-        "Use env=gym:<Gymnasium id> for any Gymnasium env, env=package.module:factory for your own "
-        "factory, or grpo_marl.register_env(...)."
+    import difflib
+
+    close = difflib.get_close_matches(name, [n for n in _REGISTRY if not _is_alias(n)], n=1)
+    hint = f" Did you mean {close[0]}?" if close else ""
+    raise UnknownEnvError(f"unknown env {name!r}.{hint} {_known_names()}")
+
+
+def _known_names() -> str:
+    # Version aliases (pursuit_v5 beside pursuit) would double a long list: show the short names.
+    names = sorted(n for n in _REGISTRY if not _is_alias(n))
+    return (
+        f"Known envs: {', '.join(names)} (plus versioned aliases such as pursuit_v5). "
+        "Use env=gym:<Gymnasium id> for any Gymnasium env, env=pz:<namespace>/<name>-v<N> for any PettingZoo "
+        "env, env=package.module:factory for your own factory, or grpo_marl.register_env(...)."
     )
+
+
+def _is_alias(name: str) -> bool:
+    import re
+
+    if "/" in name:
+        return True
+    base = re.sub(r"_v\d+$", "", name)
+    return base != name and base in _REGISTRY
 
 
 def _gym_spec(name: str) -> EnvSpec:
@@ -200,12 +220,71 @@ def _gym_spec(name: str) -> EnvSpec:
     return register_env(name, kind="gymnasium", gym_id=gym_id, threshold=threshold)
 
 
+def _pz_spec(name: str) -> EnvSpec:
+    """``pz:<namespace>/<name>-v<N>`` (or ``pz:aec:<id>``): any PettingZoo id, as a Parallel env."""
+    import functools
+
+    import pettingzoo
+    from pettingzoo.env_registry.exceptions import (
+        NameNotFound,
+        NamespaceNotFound,
+        VersionNotFound,
+    )
+
+    env_id = name[len("pz:") :]
+    force_aec = env_id.startswith("aec:")
+    env_id = env_id[len("aec:") :] if force_aec else env_id
+    missing = (NameNotFound, NamespaceNotFound, VersionNotFound)
+    try:
+        pz_spec = pettingzoo.spec("parallel", env_id)
+        parallel = not force_aec
+    except missing:
+        try:
+            pz_spec = pettingzoo.spec("aec", env_id)
+        except missing as exc:
+            raise UnknownEnvError(
+                f"env {name!r}: PettingZoo has no id {env_id!r}; ids look like pz:sisl/pursuit-v5 "
+                "(list them with: python -c 'import pettingzoo; pettingzoo.pprint_registry()')"
+            ) from exc
+        parallel = False
+    if not parallel:
+        # aec_to_parallel needs every agent to act in every step; turn-based games cannot.
+        module_name, _, _ = str(pz_spec.entry_point).partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            family = env_id.split("/", 1)[0]
+            raise MissingExtraError(
+                f"env {name!r} needs PettingZoo's {family} dependencies ({exc}): pip install 'pettingzoo[{family}]'"
+            ) from exc
+        metadata_ = getattr(getattr(module, "raw_env", None), "metadata", None) or {}
+        if not metadata_.get("is_parallelizable", False):
+            raise UserInputError(
+                f"env {name!r} is a turn-based game (agents act one at a time), so it cannot be stepped as a "
+                "parallel env; grpo_marl trains simultaneous-move envs (e.g. pz:sisl/pursuit-v5, simple_spread)"
+            )
+    from grpo_marl.marl.envs import make_parallel_env
+
+    target = f"pz:aec:{env_id}" if force_aec else f"pz:{env_id}"
+    return register_env(
+        name,
+        functools.partial(make_parallel_env, target),
+        kind="pettingzoo",
+        description=f"PettingZoo {env_id}" + ("" if parallel else " (AEC, via aec_to_parallel)"),
+    )
+
+
 def _import_spec(name: str) -> EnvSpec:
     module_name, _, attr = name.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise UnknownEnvError(f"env {name!r}: cannot import module {module_name!r} ({exc})") from exc
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise UnknownEnvError(f"env {name!r}: cannot import module {module_name!r}. {_known_names()}") from exc
+        raise UserInputError(
+            f"env {name!r}: module {module_name!r} imports {exc.name!r}, which is not installed ({exc}); "
+            f"install it (pip install {exc.name}) or fix the import"
+        ) from exc
     try:
         factory = getattr(module, attr)
     except AttributeError as exc:

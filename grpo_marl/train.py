@@ -3,32 +3,59 @@
 Hydra composes the config (``-m`` sweeps too); the env's tuned defaults are merged under the
 command line; the config is validated before anything is built, so a bad value fails in
 milliseconds with what to change instead of minutes into a run.
+
+How a run ends (README, "When something goes wrong"):
+
+* exit 0: trained (``summary.json`` ``status: completed`` or ``threshold_reached``);
+* exit 2: the configuration or an input is wrong; one message naming the key / env / file, nothing
+  built, nothing written (a :class:`~grpo_marl.errors.UserInputError`);
+* exit 1: the run started and failed; summary ``status: failed``, the message, the last good
+  checkpoint named (or "no checkpoint yet") and the traceback in ``<run_dir>/error.log``;
+* exit 130 / 143: SIGINT / SIGTERM; the run stops at the end of the current update, saves a
+  checkpoint and writes summary ``status: interrupted``; ``resume=<run_dir>`` continues it exactly.
+
+``HYDRA_FULL_ERROR=1`` also prints the full traceback on the terminal.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
+import traceback
 from pathlib import Path
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 import grpo_marl.config as config_mod  # registers the ${safe:} resolver before Hydra composes
 import grpo_marl.distributed as dist  # registers the torchrun batch-split validator
-from grpo_marl.checkpoint import checkpoint_path
-from grpo_marl.policies.mlp import UnsupportedSpaceError
-from grpo_marl.registry import UnknownEnvError
+from grpo_marl.checkpoint import checkpoint_path, previous_path, read_checkpoint
+from grpo_marl.errors import CheckpointError, ConfigError, TrainingStopped, UserInputError
+
+#: Exit codes of the contract (README, "When something goes wrong").
+EXIT_FAILED, EXIT_INPUT = 1, 2
+EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+ERROR_LOG = "error.log"
 
 
+# -- resume ----------------------------------------------------------------------------------------
 def _resume_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, Path]:
     run_dir = Path(str(cfg.resume)).expanduser()
     cfg_path = run_dir / "config.yaml"
-    if not cfg_path.exists() or not checkpoint_path(run_dir).exists():
-        raise config_mod.ConfigError(
-            f"resume={run_dir}: expected {cfg_path} and {checkpoint_path(run_dir)}; pass the directory "
-            "of a run that wrote at least one checkpoint"
+    if not cfg_path.exists():
+        raise ConfigError(
+            f"resume={run_dir}: {cfg_path} not found; pass the directory of a run that wrote at least one checkpoint"
+        )
+    if not checkpoint_path(run_dir).exists() and not previous_path(run_dir).exists():
+        raise ConfigError(
+            f"resume={run_dir}: expected {checkpoint_path(run_dir)}; pass the directory of a run that wrote at "
+            "least one checkpoint"
         )
     saved = OmegaConf.load(cfg_path)
     # Only a few keys may change on resume (e.g. extend training); the rest must match the run.
@@ -41,35 +68,145 @@ def _resume_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, P
             if key == "resume":
                 continue
             if key not in allowed:
-                raise config_mod.ConfigError(
-                    f"{key} cannot change when resuming (allowed: {', '.join(sorted(allowed))})"
-                )
+                raise ConfigError(f"{key} cannot change when resuming (allowed: {', '.join(sorted(allowed))})")
             OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
         saved.resume = str(run_dir)
     config_mod.validate(saved)
+    _pick_checkpoint(saved, run_dir)
     return saved, run_dir
 
 
+def _pick_checkpoint(cfg: DictConfig, run_dir: Path) -> None:
+    """Make ``last.pt`` a usable checkpoint of this run before the trainer loads it.
+
+    A truncated, corrupt or foreign ``last.pt`` is reported by name and moved aside (``last.pt.bad``,
+    nothing is deleted); ``prev.pt`` then takes its place. Neither usable: :class:`CheckpointError`.
+    """
+    last = checkpoint_path(run_dir)
+    problems: list[str] = []
+    chosen, state = None, None
+    for path in (last, previous_path(run_dir)):
+        if not path.exists():
+            continue
+        try:
+            state = read_checkpoint(path)
+        except CheckpointError as exc:
+            problems.append(str(exc))
+            continue
+        why = _foreign(state.get("config"), cfg)
+        if why is not None:
+            problems.append(f"{path} {why}")
+            continue
+        chosen = path
+        break
+    if chosen is None or state is None:
+        raise CheckpointError(
+            f"resume={run_dir}: no usable checkpoint in {last.parent}:\n  - "
+            + "\n  - ".join(problems)
+            + "\nstart a new run instead (another hydra.run.dir)"
+        )
+    if chosen != last:
+        if last.exists():
+            os.replace(last, last.with_name(last.name + ".bad"))
+        tmp = last.with_name(".last.pt.restore.tmp")
+        shutil.copyfile(chosen, tmp)
+        os.replace(tmp, last)
+        c = state["counters"]
+        print(
+            f"warning: {'; '.join(problems)}. Resuming from {chosen} instead (update {c['updates']}, "
+            f"{c['env_steps']} env steps); the bad file is kept as {last.name}.bad",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _foreign(saved: Any, cfg: DictConfig) -> str | None:
+    """Why a checkpoint's embedded config is not this run's, or None when it is."""
+    if not isinstance(saved, dict):
+        return None  # older checkpoints carry no config: nothing to compare
+    algo = saved.get("algo") if isinstance(saved.get("algo"), dict) else {}
+    theirs = (saved.get("env"), algo.get("name"), saved.get("seed"))
+    ours = (str(cfg.env), str(cfg.algo.name), int(cfg.seed))
+    if theirs != ours:
+        return (
+            f"belongs to another run (env={theirs[0]}, algo={theirs[1]}, seed={theirs[2]}; "
+            f"this run: env={ours[0]}, algo={ours[1]}, seed={ours[2]})"
+        )
+    return None
+
+
+# -- signals ---------------------------------------------------------------------------------------
+class _StopOnSignal:
+    """SIGINT/SIGTERM ask the trainer to stop at the next update boundary; a second one aborts now."""
+
+    def __init__(self) -> None:
+        self.trainer: Any = None
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for sig in EXIT_SIGNAL:
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
+        self.signum = signum
+        if self.trainer is not None:
+            self.trainer.stop_requested = signum
+        if dist.env_rank() == 0:
+            print(
+                f"\n{signal.Signals(signum).name} received: stopping at the end of this update and saving a "
+                "checkpoint (send it again to abort at once)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+# -- one run ---------------------------------------------------------------------------------------
 def run(cfg: DictConfig, overrides: list[str], run_dir: Path) -> dict:
+    """Resolve, validate, claim the run dir and train. Returns the summary (``status`` may be
+    ``interrupted``); raises :class:`UserInputError` before anything was built, anything else after."""
+    from grpo_marl import rundir
+    from grpo_marl.tasks import check_extras
     from grpo_marl.trainer import Trainer
 
-    if cfg.resume:
+    resume = bool(cfg.resume)
+    if resume:
         cfg, run_dir = _resume_config(cfg, overrides)
-        trainer = Trainer(cfg, run_dir, resume=True)
     else:
         cfg = config_mod.resolve_config(cfg, overrides)
-        trainer = Trainer(cfg, run_dir)
+    check_extras(cfg)
+    lock = rundir.claim(run_dir, resume=resume) if dist.env_rank() == 0 else None
     try:
-        summary = trainer.fit()
+        stopper = _StopOnSignal()
+        with stopper:
+            trainer = Trainer(cfg, run_dir, resume=resume)
+            stopper.trainer = trainer
+            trainer.stop_requested = stopper.signum
+            try:
+                summary = trainer.fit()
+            finally:
+                trainer.close()
+        if trainer.is_main:
+            _print_summary(summary, run_dir)
+        if summary.get("status") == "interrupted":
+            summary["signal"] = int(stopper.signum or signal.SIGINT)
+        return summary
     finally:
-        trainer.close()
-    if trainer.is_main:
-        _print_summary(summary, run_dir)
-    return summary
+        if lock is not None:
+            lock.release()
 
 
 def _print_summary(summary: dict, run_dir: Path) -> None:
     parts = [f"env={summary['env']} algo={summary['algo']} seed={summary['seed']}"]
+    if summary.get("status") == "interrupted":
+        parts.append(f"interrupted at update {summary['updates']}")
     if "eval/return_mean" in summary:
         parts.append(
             f"final eval ({int(summary.get('eval/episodes', 0))} greedy episodes): "
@@ -87,8 +224,123 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
     print(" | ".join(parts), flush=True)
 
 
+# -- how a run ends: messages, summary, error.log, exit code ---------------------------------------
+def _debug() -> bool:
+    return os.environ.get("HYDRA_FULL_ERROR", "") not in ("", "0")
+
+
+def _checkpoint_note(run_dir: Path) -> tuple[str | None, str]:
+    """(path of the last good checkpoint or None, a sentence saying so)."""
+    for path in (checkpoint_path(run_dir), previous_path(run_dir)):
+        if path.exists():
+            try:
+                import torch
+
+                counters = torch.load(path, map_location="cpu", weights_only=False)["counters"]
+                where = f" (update {counters['updates']}, {counters['env_steps']} env steps)"
+            except Exception:  # noqa: BLE001  (the note is best effort; the path is what matters)
+                where = ""
+            return str(path), f"The last good checkpoint is kept in {path}{where}; continue with resume={run_dir}"
+    return None, "No checkpoint yet: the run failed before its first checkpoint."
+
+
+def _record_failure(run_dir: Path, cfg: DictConfig, exc: BaseException, status: str) -> dict[str, Any]:
+    """Write ``error.log`` (full traceback) and ``summary.json`` (``status``, message, checkpoint)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / ERROR_LOG
+    with open(log, "a") as f:
+        f.write("".join(traceback.format_exception(exc)))
+    path = run_dir / "summary.json"
+    summary: dict[str, Any] = {}
+    try:
+        summary = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError:
+        summary = {}
+    if summary.get("status") not in (None, "failed", status):
+        summary = {}  # a previous run's summary (resume): this one replaces it
+    ckpt, _ = _checkpoint_note(run_dir)
+    summary = {
+        "env": str(cfg.get("env")),
+        "algo": str(OmegaConf.select(cfg, "algo.name")),
+        "seed": cfg.get("seed"),
+        **summary,
+        "status": status,
+        "error": summary.get("error") or _one_line(exc),
+        "checkpoint": ckpt,
+        "error_log": str(log),
+    }
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, default=float) + "\n")
+    tmp.replace(path)
+    return summary
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if isinstance(exc, (TrainingStopped, UserInputError)):
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _fail(message: str, code: int) -> None:
+    print(message, file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _run_cli(cfg: DictConfig, overrides: list[str], run_dir: Path) -> None:
+    """:func:`run` with the exit-code contract applied (see the module docstring)."""
+    from grpo_marl.trainer import STOP_ERRORS
+
+    where = f"rank {dist.env_rank()}: " if dist.env_world_size() > 1 else ""
+    actual_dir = Path(str(cfg.resume)).expanduser() if cfg.get("resume") else run_dir
+    try:
+        summary = run(cfg, overrides, run_dir)
+    except UserInputError as exc:
+        if _debug():
+            traceback.print_exc()
+        _fail(f"error: {where}{exc}", EXIT_INPUT)
+    except KeyboardInterrupt as exc:  # a second signal: abort without waiting for the update to end
+        signum = signal.SIGTERM if "SIGTERM" in str(exc) else signal.SIGINT
+        if dist.env_rank() == 0:
+            _record_failure(actual_dir, cfg, exc, "interrupted")
+        _, note = _checkpoint_note(actual_dir)
+        _fail(f"aborted by {signum.name} in the middle of an update. {note}", EXIT_SIGNAL[signum])
+    except Exception as exc:  # noqa: BLE001  (every failure ends per the contract)
+        if isinstance(exc, STOP_ERRORS + (TrainingStopped,)):
+            dist.barrier_on_failure(dist.init())
+            message = str(exc)
+        else:
+            message = f"unexpected {_one_line(exc)}"
+        if dist.env_rank() == 0:
+            _record_failure(actual_dir, cfg, exc, "failed")
+        if _debug():
+            traceback.print_exc()
+        _, note = _checkpoint_note(actual_dir)
+        _fail(
+            f"error: {where}{message}\n{note}\nFull traceback: {actual_dir / ERROR_LOG} (or rerun with HYDRA_FULL_ERROR=1)",
+            EXIT_FAILED,
+        )
+    else:
+        if summary.get("status") == "interrupted":
+            signum = signal.Signals(summary.get("signal", signal.SIGINT))
+            if dist.env_rank() == 0:
+                print(
+                    f"interrupted by {signum.name}: checkpoint saved at update {summary['updates']} "
+                    f"({summary['env_steps']} env steps) in {checkpoint_path(actual_dir)}; "
+                    f"continue with: python -m grpo_marl.train resume={actual_dir}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            sys.exit(EXIT_SIGNAL[signum])
+
+
+_STARTED = False  # set once Hydra composed the config and called :func:`hydra_main`
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
+    global _STARTED
+    _STARTED = True
     from hydra.core.hydra_config import HydraConfig
 
     hc = HydraConfig.get()
@@ -99,21 +351,35 @@ def main(cfg: DictConfig) -> None:
         ctx = dist.init(str((cfg.get("distributed") or {}).get("backend", "auto")))
         run_dir = Path(dist.broadcast_object(str(run_dir), ctx))
     try:
-        run(cfg, list(hc.overrides.task), run_dir)
-    except (config_mod.ConfigError, UnknownEnvError, UnsupportedSpaceError) as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    except Exception as exc:
-        from grpo_marl.trainer import STOP_ERRORS
-
-        if isinstance(exc, STOP_ERRORS):
-            dist.barrier_on_failure(dist.init())
-            where = f"rank {dist.env_rank()}: " if dist.env_world_size() > 1 else ""
-            print(f"error: {where}{exc}\nThe last good checkpoint is kept in {run_dir}", file=sys.stderr)
-            sys.exit(1)
-        raise
+        _run_cli(cfg, list(hc.overrides.task), run_dir)
     finally:
         dist.shutdown()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The CLI: command-line checks Hydra would report as a stack of errors, then Hydra + :func:`run`.
+
+    A command line Hydra cannot compose (unknown key, unknown config option) exits 2 as well.
+    """
+    if argv is not None:
+        sys.argv[1:] = list(argv)
+    args = sys.argv[1:]
+    problems = config_mod.check_command_line(args)
+    if problems:
+        _fail("error: invalid command line:\n  - " + "\n  - ".join(problems), EXIT_INPUT)
+    extra, scratch = rank_overrides(args, dist.env_rank(), dist.env_world_size())
+    sys.argv.extend(extra)
+    try:
+        hydra_main()
+    except KeyboardInterrupt:  # before the trainer installed its handlers: nothing to save yet
+        _fail("interrupted before training started; nothing was trained", EXIT_SIGNAL[signal.SIGINT])
+    except SystemExit as exc:
+        if not _STARTED and exc.code == 1:
+            sys.exit(EXIT_INPUT)  # Hydra refused the command line (its message is printed above)
+        raise
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def rank_overrides(argv: list[str], rank: int, world: int) -> tuple[list[str], str | None]:
@@ -121,8 +387,8 @@ def rank_overrides(argv: list[str], rank: int, world: int) -> tuple[list[str], s
 
     Hydra creates its run dir (and ``.hydra/``, ``train.log``) before our code runs; ranks > 0
     must write nothing, so they get no output subdir, no log files and, unless the user fixed
-    ``hydra.run.dir``, a temporary run dir (removed at exit). :func:`main` then replaces it with
-    rank 0's real run dir, broadcast over the process group.
+    ``hydra.run.dir``, a temporary run dir (removed at exit). :func:`hydra_main` then replaces it
+    with rank 0's real run dir, broadcast over the process group.
     """
     if world <= 1 or rank == 0:
         return [], None
@@ -135,10 +401,4 @@ def rank_overrides(argv: list[str], rank: int, world: int) -> tuple[list[str], s
 
 
 if __name__ == "__main__":
-    _extra, _scratch = rank_overrides(sys.argv[1:], dist.env_rank(), dist.env_world_size())
-    sys.argv.extend(_extra)
-    try:
-        main()
-    finally:
-        if _scratch is not None:
-            shutil.rmtree(_scratch, ignore_errors=True)
+    main()

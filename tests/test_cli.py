@@ -97,7 +97,14 @@ def test_env_step_accounting(smoke_run) -> None:
 def test_summary_json(smoke_run) -> None:
     run_dir = smoke_run[0]
     summary = json.loads((run_dir / "summary.json").read_text())
-    for key in ("eval/return_mean", "eval/return_std", "env_steps", "wall_seconds", "time_to_threshold_s", "steps_to_threshold"):
+    for key in (
+        "eval/return_mean",
+        "eval/return_std",
+        "env_steps",
+        "wall_seconds",
+        "time_to_threshold_s",
+        "steps_to_threshold",
+    ):
         assert key in summary, key
     assert summary["eval/episodes"] >= 20
     assert 9 <= summary["eval/return_mean"] <= 500 and summary["eval/return_std"] >= 0
@@ -128,7 +135,8 @@ def test_tensorboard_events(smoke_run) -> None:
 
 def test_checkpoint(smoke_run) -> None:
     run_dir = smoke_run[0]
-    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["last.pt"]  # no temp files
+    # the last checkpoint and the one before it (rotation), no temp files
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["last.pt", "prev.pt"]
     ckpt = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert ckpt["counters"]["env_steps"] == summary["env_steps"]
@@ -166,9 +174,7 @@ def test_evaluate_errors(tmp_path: Path, capsys) -> None:
 def test_multirun_sweep_over_seeds(run_cli, tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     run_cli("-m", "env=cartpole", "seed=1,2", "total_steps=500", "eval.episodes=20", f"hydra.sweep.dir={sweep}")
-    summaries = sorted(
-        (json.loads(p.read_text()) for p in sweep.glob("*/summary.json")), key=lambda s: s["seed"]
-    )
+    summaries = sorted((json.loads(p.read_text()) for p in sweep.glob("*/summary.json")), key=lambda s: s["seed"])
     assert [s["seed"] for s in summaries] == [1, 2]
     for s in summaries:
         assert s["env"] == "cartpole" and s["eval/episodes"] == 20
@@ -190,8 +196,13 @@ def test_unsupported_space_fails_cleanly(run_cli, tmp_path: Path) -> None:
 
 def test_threshold_clock_and_early_stop(train, tmp_path: Path) -> None:
     summary = train(
-        tmp_path / "thr", "env=cartpole", "total_steps=200000", "train.threshold=20",
-        "eval.every_steps=1000", "train.stop_on_threshold=true", "eval.episodes=20",
+        tmp_path / "thr",
+        "env=cartpole",
+        "total_steps=200000",
+        "train.threshold=20",
+        "eval.every_steps=1000",
+        "train.stop_on_threshold=true",
+        "eval.episodes=20",
     )
     assert summary["status"] == "threshold_reached"
     assert summary["steps_to_threshold"] is not None and summary["steps_to_threshold"] <= summary["env_steps"] < 200000
@@ -204,8 +215,14 @@ def test_threshold_clock_and_early_stop(train, tmp_path: Path) -> None:
 
 def test_final_evaluation_can_use_more_episodes(train, tmp_path: Path, read_metrics) -> None:
     """eval.final_episodes sizes the final evaluation only; periodic ones keep eval.episodes."""
-    summary = train(tmp_path / "run", "env=cartpole", "total_steps=2000", "eval.every_steps=1000",
-                    "eval.episodes=3", "eval.final_episodes=7")
+    summary = train(
+        tmp_path / "run",
+        "env=cartpole",
+        "total_steps=2000",
+        "eval.every_steps=1000",
+        "eval.episodes=3",
+        "eval.final_episodes=7",
+    )
     periodic = [r["eval/episodes"] for r in read_metrics(tmp_path / "run") if "eval/episodes" in r]
     assert periodic[:-1] and set(periodic[:-1]) == {3.0} and periodic[-1] == 7.0
     assert summary["eval/episodes"] == 7.0

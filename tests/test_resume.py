@@ -12,8 +12,8 @@ import torch
 
 from grpo_marl.checkpoint import atomic_save, load_checkpoint
 from grpo_marl.config import ConfigError
+from grpo_marl.errors import CheckpointError, NonFiniteError
 from grpo_marl.logging import RunLogger
-from grpo_marl.rollout import NonFiniteError
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -27,9 +27,15 @@ class SimulatedKill(BaseException):
 def common(mode: str) -> list[str]:
     group_mode, rollout = ("seed", "stream") if mode == "stream" else (mode, "batch")
     return [
-        "env=cartpole", "seed=5", "eval.every_steps=1500", "eval.episodes=5", f"algo.group_mode={group_mode}",
+        "env=cartpole",
+        "seed=5",
+        "eval.every_steps=1500",
+        "eval.episodes=5",
+        f"algo.group_mode={group_mode}",
         f"algo.rollout={rollout}",
-        "algo.beta=0.01", "algo.ref_refresh=2", "policy.normalize_obs=true",
+        "algo.beta=0.01",
+        "algo.ref_refresh=2",
+        "policy.normalize_obs=true",
         # The "extend total_steps" scenario needs an LR that does not depend on total_steps.
         "algo.lr_schedule=constant",
     ]
@@ -72,7 +78,9 @@ def kill_after(monkeypatch: pytest.MonkeyPatch, n_logs: int) -> None:
 
 
 @pytest.mark.parametrize("mode", ["seed", "state", "stream"])
-def test_killed_and_resumed_equals_uninterrupted(train, tmp_path: Path, monkeypatch, mode: str, read_metrics, load_checkpoint) -> None:
+def test_killed_and_resumed_equals_uninterrupted(
+    train, tmp_path: Path, monkeypatch, mode: str, read_metrics, load_checkpoint
+) -> None:
     full, killed, extended = tmp_path / "full", tmp_path / "killed", tmp_path / "extended"
     ref = train(full, *common(mode), f"total_steps={TOTAL}", "checkpoint.every=2")
 
@@ -111,15 +119,23 @@ def test_resume_refuses_changed_settings(train, tmp_path: Path) -> None:
         train(tmp_path / "other", f"resume={tmp_path / 'nothing_here'}")
 
 
-def test_non_finite_observation_stops_and_keeps_checkpoint(run_cli, tmp_path: Path, read_metrics, load_checkpoint) -> None:
+def test_non_finite_observation_stops_and_keeps_checkpoint(
+    run_cli, tmp_path: Path, read_metrics, load_checkpoint
+) -> None:
     run_dir = tmp_path / "nan"
     proc = run_cli(
-        "env=tests.custom_envs:nan_cartpole", "vec.vectorization=sync", "algo.num_groups=2",
-        "algo.group_size=2", "checkpoint.every=1", "total_steps=100000", "eval.every_steps=0",
-        run_dir=run_dir, check=False,
+        "env=tests.custom_envs:nan_cartpole",
+        "vec.vectorization=sync",
+        "algo.num_groups=2",
+        "algo.group_size=2",
+        "checkpoint.every=1",
+        "total_steps=100000",
+        "eval.every_steps=0",
+        run_dir=run_dir,
+        check=False,
     )
     assert proc.returncode == 1
-    assert "non-finite observation from env 'tests.custom_envs:nan_cartpole'" in proc.stderr
+    assert "'tests.custom_envs:nan_cartpole'" in proc.stderr and "non-finite observation" in proc.stderr
     assert f"last good checkpoint is kept in {run_dir}" in proc.stderr
     assert "Traceback" not in proc.stderr
     ckpt = load_checkpoint(run_dir)
@@ -135,9 +151,16 @@ def test_non_finite_reward_stops_and_keeps_checkpoint(train, tmp_path: Path, loa
     run_dir = tmp_path / "nan_reward"
     with pytest.raises(NonFiniteError, match="non-finite reward"):
         train(
-            run_dir, "env=tests.custom_envs:nan_cartpole", "+env_kwargs.after=60", "+env_kwargs.where=reward",
-            "vec.vectorization=sync", "algo.num_groups=2", "algo.group_size=2", "checkpoint.every=1",
-            "total_steps=100000", "eval.every_steps=0",
+            run_dir,
+            "env=tests.custom_envs:nan_cartpole",
+            "+env_kwargs.after=60",
+            "+env_kwargs.where=reward",
+            "vec.vectorization=sync",
+            "algo.num_groups=2",
+            "algo.group_size=2",
+            "checkpoint.every=1",
+            "total_steps=100000",
+            "eval.every_steps=0",
         )
     assert load_checkpoint(run_dir)["counters"]["updates"] >= 1
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
@@ -145,11 +168,21 @@ def test_non_finite_reward_stops_and_keeps_checkpoint(train, tmp_path: Path, loa
 
 def test_non_finite_loss_stops_and_keeps_checkpoint(train, tmp_path: Path, load_checkpoint) -> None:
     run_dir = tmp_path / "nan_loss"
-    with pytest.raises(NonFiniteError, match="loss became non-finite .*lower algo.lr, set algo.max_grad_norm, or check the env's rewards"):
+    with pytest.raises(
+        NonFiniteError,
+        match="loss became non-finite .*lower algo.lr, set algo.max_grad_norm, or check the env's rewards",
+    ):
         train(
-            run_dir, "env=tests.custom_envs:nan_cartpole", "+env_kwargs.after=60", "+env_kwargs.where=huge",
-            "vec.vectorization=sync", "algo.num_groups=2", "algo.group_size=2", "checkpoint.every=1",
-            "total_steps=100000", "eval.every_steps=0",
+            run_dir,
+            "env=tests.custom_envs:nan_cartpole",
+            "+env_kwargs.after=60",
+            "+env_kwargs.where=huge",
+            "vec.vectorization=sync",
+            "algo.num_groups=2",
+            "algo.group_size=2",
+            "checkpoint.every=1",
+            "total_steps=100000",
+            "eval.every_steps=0",
         )
     ckpt = load_checkpoint(run_dir)
     assert ckpt["counters"]["updates"] >= 1
@@ -166,8 +199,31 @@ class Unpicklable:
 def test_atomic_save_roundtrip(tmp_path: Path) -> None:
     path = tmp_path / "checkpoints" / "last.pt"
     atomic_save({"w": torch.arange(3)}, path)  # creates the directory
-    assert torch.equal(load_checkpoint(tmp_path)["w"], torch.arange(3))  # a run dir resolves to last.pt
+    assert torch.equal(load_checkpoint(path)["w"], torch.arange(3))
     assert os.listdir(path.parent) == ["last.pt"]
+
+
+def test_rotation_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoints" / "last.pt"
+    for i in range(3):
+        atomic_save({"w": torch.full((2,), float(i))}, path, keep_previous=True)
+    assert sorted(os.listdir(path.parent)) == ["last.pt", "prev.pt"]  # no temp files
+    assert torch.equal(torch.load(path, weights_only=False)["w"], torch.full((2,), 2.0))
+    assert torch.equal(torch.load(path.with_name("prev.pt"), weights_only=False)["w"], torch.full((2,), 1.0))
+
+
+def test_run_dir_falls_back_to_previous_checkpoint(tmp_path: Path, capsys) -> None:
+    state = {"modules": {}, "optimizer": {}, "counters": {"updates": 1}}
+    path = tmp_path / "checkpoints" / "last.pt"
+    atomic_save(state, path, keep_previous=True)
+    atomic_save({**state, "counters": {"updates": 2}}, path, keep_previous=True)
+    path.write_bytes(path.read_bytes()[:100])  # truncated
+    assert load_checkpoint(tmp_path)["counters"]["updates"] == 1
+    assert f"{path} is unreadable" in capsys.readouterr().err
+    path.with_name("prev.pt").write_text("garbage")
+    with pytest.raises(CheckpointError, match="no usable checkpoint") as info:
+        load_checkpoint(tmp_path)
+    assert str(path) in str(info.value) and str(path.with_name("prev.pt")) in str(info.value)
 
 
 def test_failed_save_keeps_previous_checkpoint(tmp_path: Path) -> None:
@@ -198,5 +254,11 @@ def test_failed_rename_keeps_previous_checkpoint(tmp_path: Path, monkeypatch) ->
 
 
 def test_missing_checkpoint_is_explained(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+    with pytest.raises(CheckpointError, match="no checkpoint at"):
+        load_checkpoint(tmp_path)
+
+
+def test_foreign_file_is_not_a_checkpoint(tmp_path: Path) -> None:
+    atomic_save({"weights": torch.ones(1)}, tmp_path / "checkpoints" / "last.pt")
+    with pytest.raises(CheckpointError, match="is not a grpo_marl checkpoint"):
         load_checkpoint(tmp_path)
