@@ -3,10 +3,10 @@
 The bare loop is the floor a collector cannot beat: ``policy.act`` (one batched MLP forward +
 sampling) and ``vec.step`` per vector step, nothing stored. Against it we time
 
-* GRPO's :class:`~grpo_marl.rollout.EpisodeCollector` (one episode per env, ``seed`` groups),
-* GRPO's :class:`~grpo_marl.rollout_stream.StreamingEpisodeCollector` (``algo.rollout=stream``:
+* GRPO's :class:`~grpo_marl.collectors.EpisodeCollector` (one episode per env, ``seed`` groups),
+* GRPO's :class:`~grpo_marl.collectors.StreamingCollector` (``algo.rollout=stream``:
   slots that finish start the next group's members at once), and
-* PPO's :class:`~grpo_marl.rollout_steps.StepCollector` (``n_steps`` per env, streaming),
+* PPO's :class:`~grpo_marl.collectors.StepCollector` (``n_steps`` per env, streaming),
 
 each returning the :class:`~grpo_marl.batch.Batch` the trainer consumes. Env steps/s counts the
 transitions the collector hands to training; GRPO's episode collector also steps finished slots
@@ -25,22 +25,27 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from grpo_marl.policies.mlp import MLPPolicy
+from grpo_marl.collectors import EpisodeCollector, StepCollector, StreamingCollector
+from grpo_marl.groups import AgentGroups
+from grpo_marl.policies.mlp import ActorPolicy
 from grpo_marl.registry import get_spec
-from grpo_marl.rollout import EpisodeCollector
-from grpo_marl.rollout_steps import StepCollector
-from grpo_marl.rollout_stream import StreamingEpisodeCollector
-from grpo_marl.vector import make_vec_env
+from grpo_marl.vec import make_vec_env
 
 
-def bare_loop(vec, policy: MLPPolicy, steps: int) -> float:
-    """Vector steps/s x num_envs of act + step only."""
-    obs = vec.reset(np.arange(vec.num_envs))
+def bare_loop(vec, policy: ActorPolicy, steps: int) -> float:
+    """Vector steps/s x num_envs of act + step (+ resetting finished envs) only."""
+    step = vec.reset(list(range(vec.num_envs)))
+    obs = step.obs
     t0 = time.perf_counter()
     with torch.no_grad():
-        for _ in range(steps):
+        for k in range(steps):
             action, _ = policy.act(torch.as_tensor(obs))
-            obs = vec.step(policy.to_env(action)).obs
+            step = vec.step(policy.to_env(action))
+            obs = step.obs
+            done = np.flatnonzero(step.env_done)
+            if len(done):
+                obs = obs.copy()
+                obs[done] = vec.reset([k] * len(done), done).obs
     return steps * vec.num_envs / (time.perf_counter() - t0)
 
 
@@ -60,7 +65,8 @@ def time_collector(collect, min_seconds: float) -> tuple[float, float, float]:
 def measure(env: str, num_envs: int, group_size: int, n_steps: int, seconds: float) -> dict[str, float]:
     spec = get_spec(env)
     vec = make_vec_env(spec, num_envs)
-    policy = MLPPolicy(vec.single_observation_space, vec.single_action_space, hidden=(64, 64))
+    groups = AgentGroups.from_layout(vec.layout)
+    policy = ActorPolicy(groups, hidden=(64, 64))
     out = {"env": env, "vector": type(vec).__name__, "num_envs": num_envs}
     bare_steps = max(50, n_steps)
     bare_loop(vec, policy, 20)
@@ -69,12 +75,12 @@ def measure(env: str, num_envs: int, group_size: int, n_steps: int, seconds: flo
     while time.perf_counter() - t0 < seconds:
         rates.append(bare_loop(vec, policy, bare_steps))
     out["bare_sps"] = float(np.median(rates))
-    grpo = EpisodeCollector(vec, num_groups=num_envs // group_size, group_size=group_size, seed=0)
+    grpo = EpisodeCollector(vec, groups, num_groups=num_envs // group_size, group_size=group_size, seed=0)
     out["grpo_sps"], out["grpo_vector_sps"], out["grpo_utilization"] = time_collector(
         lambda: grpo.collect(policy), seconds)
-    stream = StreamingEpisodeCollector(vec, num_groups=num_envs // group_size, group_size=group_size, seed=0)
+    stream = StreamingCollector(vec, groups, num_groups=num_envs // group_size, group_size=group_size, seed=0)
     out["stream_sps"], _, _ = time_collector(lambda: stream.collect(policy), seconds)
-    ppo = StepCollector(vec, n_steps=n_steps, seed=0)
+    ppo = StepCollector(vec, groups, n_steps=n_steps, seed=0)
     out["ppo_sps"], _, _ = time_collector(lambda: ppo.collect(policy), seconds)
     vec.close()
     return out

@@ -10,12 +10,29 @@ from grpo_marl.advantages import (
 )
 from grpo_marl.registry import EnvSpec, UnknownEnvError, get_spec, list_envs, make_env, register_env
 
+
+def fit(env: str = "cartpole", **kwargs):  # noqa: ANN201 - see grpo_marl.api.fit
+    """Train ``env`` from Python (see :func:`grpo_marl.api.fit`); imported lazily to keep
+    ``import grpo_marl`` cheap."""
+    from grpo_marl.api import fit as _fit
+
+    return _fit(env, **kwargs)
+
+
+def load(run_dir, device: str = "cpu"):  # noqa: ANN001, ANN201 - see grpo_marl.api.load
+    """The trained policy of a run directory (see :func:`grpo_marl.api.load`)."""
+    from grpo_marl.api import load as _load
+
+    return _load(run_dir, device=device)
+
 __version__ = "0.1.0"
 
 __all__ = [
     "EnvSpec",
     "UnknownEnvError",
     "discounted_returns",
+    "fit",
+    "load",
     "gae",
     "get_spec",
     "group_advantages",
