@@ -67,3 +67,17 @@ class RunDirError(UserInputError):
 
 class CheckpointError(UserInputError):
     """No usable checkpoint: the file is missing, truncated, not a checkpoint, or another run's."""
+
+
+# -- text envs -----------------------------------------------------------------------------------
+class ModelPathError(UserInputError):
+    """``model.path`` is missing, unreadable, or not a causal LM (one line naming the path)."""
+
+
+class DatasetError(UserInputError):
+    """A prompt file (JSONL) is missing or malformed; the message names the file and the line."""
+
+
+class RewardFunctionError(TrainingStopped):
+    """A reward function raised or returned a non-finite or wrongly sized result; the message
+    names the function and quotes the offending completion."""

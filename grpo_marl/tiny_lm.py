@@ -87,17 +87,15 @@ def build_tiny_lm(cfg: TinyLMConfig, *, seed: int = 0) -> tuple[Any, Any]:
     from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
     if cfg.hidden_size % cfg.num_heads != 0:
-        raise ValueError(
-            f"tiny_lm: hidden_size={cfg.hidden_size} must be divisible by num_heads={cfg.num_heads}"
-        )
+        raise ValueError(f"tiny_lm: hidden_size={cfg.hidden_size} must be divisible by num_heads={cfg.num_heads}")
     tok = build_char_tokenizer(cfg.alphabet, model_max_length=cfg.max_positions)
-    common = dict(
-        vocab_size=len(tok),
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=cfg.tie_embeddings,
-    )
+    common = {
+        "vocab_size": len(tok),
+        "bos_token_id": tok.bos_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+        "tie_word_embeddings": cfg.tie_embeddings,
+    }
     # Seed locally so building a model never perturbs the caller's global RNG stream.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -172,7 +172,7 @@ def test_lora_reference_is_disabled_adapter(tmp_path: Path) -> None:
 @pytest.mark.parametrize("act", ["gelu", "gelu_new"])
 def test_fast_gpt2_path_matches_transformers(act: str) -> None:
     """The lean GPT-2 forward gives the HF logits: prefill with left padding, then cached decode."""
-    from grpo_marl.policies.llm import FastGPT2
+    from grpo_marl.policies.fast_gpt2 import FastGPT2
 
     model, tok = build_tiny_lm(
         TinyLMConfig(hidden_size=32, num_heads=2, alphabet=ALPHABET, extra={"activation_function": act})

@@ -121,6 +121,7 @@ def test_env_same_seed_same_prompt_and_scoring() -> None:
     p2, info2 = env.reset(seed=7)
     assert p1 == p2 and info1["index"] == info2["index"]  # the 'seed' group mode
     obs, reward, term, trunc, info = env.step(info1["answer"])
+    assert obs == p1  # the observation stays the prompt
     assert term and not trunc and reward == pytest.approx(2.5) and info["accuracy"] == 1.0
     assert info1["answer"] in env.render()
     prompt, info = env.reset(options={"index": 3})

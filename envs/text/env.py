@@ -1,8 +1,9 @@
 """A Gymnasium environment for one-shot text generation: observation = prompt, action = completion.
 
-Each episode is a single step: ``reset`` draws a prompt from the chosen split, ``step`` scores
-the completion with the task's weighted reward functions and terminates. Grouping for GRPO is
-the ``seed`` mode of the design: resetting with the same seed (or ``options={"index": i}``)
+Each episode is a single step: ``reset`` draws a prompt from the chosen split (chat prompts are
+observed in their plain-text form), ``step`` scores the completion with the task's weighted
+reward functions and terminates. Grouping for GRPO is
+the ``seed`` group mode: resetting with the same seed (or ``options={"index": i}``)
 yields the same prompt, so G completions of one prompt form a group.
 
 The env is the standard interface (usable by any Gymnasium tooling); the GRPO Task does not
@@ -12,19 +13,19 @@ Python work per token out of the hot loop.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from envs.text.tasks import TextTask
+from envs.text.tasks import TextTask, prompt_text
 
 
 class TextEnv(gym.Env[str, str]):
     """Single-step text environment over a :class:`~envs.text.tasks.TextTask`."""
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(
         self,
@@ -39,17 +40,15 @@ class TextEnv(gym.Env[str, str]):
         self.split = split
         self.data = task.split(split)
         self.render_mode = render_mode
-        all_text = "".join(task.train.prompts + task.eval.prompts)
-        charset = "".join(sorted(set(task.alphabet) | set(all_text)))
-        max_prompt = max(len(p) for p in task.train.prompts + task.eval.prompts)
+        texts = [prompt_text(p) for p in task.train.prompts + task.eval.prompts]
+        charset = "".join(sorted(set(task.alphabet) | set("".join(texts))))
+        max_prompt = max(len(p) for p in texts)
         self.observation_space = spaces.Text(max_length=max_prompt, min_length=0, charset=charset)
         self.action_space = spaces.Text(max_length=max_completion_chars, min_length=0, charset=charset)
         self._index: int | None = None
         self._last: tuple[str, float] | None = None
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[str, dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Draw a prompt (uniformly, or ``options={"index": i}``); info has answer and index."""
         super().reset(seed=seed)
         if options and "index" in options:
@@ -60,7 +59,11 @@ class TextEnv(gym.Env[str, str]):
             idx = int(self.np_random.integers(len(self.data)))
         self._index = idx
         self._last = None
-        return self.data.prompts[idx], {"index": idx, "answer": self.data.answers[idx], "split": self.split}
+        return prompt_text(self.data.prompts[idx]), {
+            "index": idx,
+            "answer": self.data.answers[idx],
+            "split": self.split,
+        }
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Score the completion; the episode always terminates after one step."""
@@ -68,6 +71,7 @@ class TextEnv(gym.Env[str, str]):
             raise RuntimeError("TextEnv.step called before reset")
         prompt, answer = self.data.prompts[self._index], self.data.answers[self._index]
         total, per, acc = self.task.score([prompt], [str(action)], [answer])
+        prompt = prompt_text(prompt)
         info: dict[str, Any] = {f"reward/{k}": float(v[0]) for k, v in per.items()}
         info["accuracy"] = float(acc[0])
         info["answer"] = answer
@@ -78,7 +82,7 @@ class TextEnv(gym.Env[str, str]):
         """``ansi``: the current prompt, the last completion and its reward."""
         if self.render_mode != "ansi" or self._index is None:
             return None
-        text = self.data.prompts[self._index]
+        text = prompt_text(self.data.prompts[self._index])
         if self._last is not None:
             text += f"{self._last[0]}    [reward {self._last[1]:.3f}]"
         return text

@@ -64,9 +64,7 @@ def get_reward(spec: str | RewardFunc) -> RewardFunc:
         if not callable(obj):
             raise ValueError(f"reward {spec!r} is not callable")
         return obj  # type: ignore[return-value]
-    raise ValueError(
-        f"unknown reward {spec!r}; registered: {sorted(REWARDS)}, or give 'package.module:function'"
-    )
+    raise ValueError(f"unknown reward {spec!r}; registered: {sorted(REWARDS)}, or give 'package.module:function'")
 
 
 # ----------------------------------------------------------------------------- parsing helpers
@@ -163,6 +161,28 @@ def int_digits(
             continue
         hits = sum(x == y for x, y in zip(c, a))
         out.append(hits / len(a))
+    return out
+
+
+_ANY_INT_RE = re.compile(r"-?\d+")
+
+
+def last_int(text: str) -> int | None:
+    """The last integer written anywhere in ``text`` (``"The sum is 42."`` -> 42), or None."""
+    found = _ANY_INT_RE.findall(text.replace(",", ""))
+    return int(found[-1]) if found else None
+
+
+@register_reward("last_int_match")
+def last_int_match(
+    prompts: Sequence[object], completions: Sequence[str], answers: Sequence[str], **kwargs: object
+) -> list[float]:
+    """1 if the last integer in the completion equals the integer answer (free-form replies of
+    chat models: ``"The answer is 42."`` counts), else 0."""
+    out = []
+    for c, a in zip(completions, answers, strict=True):
+        v = last_int(c)
+        out.append(float(v is not None and v == int(a)))
     return out
 
 

@@ -5,6 +5,9 @@ A :class:`TextTask` is data + scoring, with no model in it: a train and an eval
 ``accuracy``, the alphabet a locally built tokenizer needs, and a completion-length hint. The
 Gymnasium env (``envs.text.env``) serves one prompt per episode; the GRPO Task scores whole
 batches through :meth:`TextTask.score` so rewards cost one call per function per update.
+
+A prompt is a string or, in TRL's conversational format, a list of ``{"role", "content"}``
+messages that the trainer renders through the model's chat template (``text.chat_template``).
 """
 
 from __future__ import annotations
@@ -14,17 +17,29 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from envs.text.rewards import RewardFunc, get_reward
+from grpo_marl.errors import ConfigError, DatasetError, RewardFunctionError
+
+#: A prompt: plain text, or chat messages ``[{"role": ..., "content": ...}, ...]``.
+Prompt = Any
+
+
+def prompt_text(prompt: Prompt) -> str:
+    """A plain-text form of a prompt (chat messages joined as ``role: content`` lines)."""
+    if isinstance(prompt, str):
+        return prompt
+    return "\n".join(f"{m['role']}: {m['content']}" for m in prompt)
 
 
 @dataclass(frozen=True)
 class PromptSet:
-    """Parallel lists of prompts and reference answers."""
+    """Parallel lists of prompts (strings or chat messages) and reference answers."""
 
-    prompts: tuple[str, ...]
+    prompts: tuple[Prompt, ...]
     answers: tuple[str, ...]
 
     def __post_init__(self) -> None:
@@ -75,20 +90,56 @@ class TextTask:
         """Score a batch: ``(total[B], per_function{name: [B]}, accuracy[B])`` as float64 arrays."""
         per: dict[str, np.ndarray] = {}
         for n in self._fns:
-            vals = self._fns[n](prompts, completions, answers)
-            if len(vals) != len(completions):
-                raise ValueError(f"reward {n!r} returned {len(vals)} values for {len(completions)} completions")
-            per[n] = np.asarray(vals, dtype=np.float64)
+            per[n] = self._call_reward(n, prompts, completions, answers)
         total = np.zeros(len(completions), dtype=np.float64)
         for n, w in self.rewards.items():
             total += w * per[n]
         acc = per[self.accuracy]
         return total, {n: per[n] for n in self.rewards}, acc
 
+    def _call_reward(
+        self, name: str, prompts: Sequence[Prompt], completions: Sequence[str], answers: Sequence[str]
+    ) -> np.ndarray:
+        """One reward function's values; a raise, a wrong length or a non-finite value stops the
+        run with the function's name and the completion it failed on."""
+        fn = self._fns[name]
+        try:
+            vals = fn(prompts, completions, answers)
+            arr = np.asarray(vals, dtype=np.float64).reshape(-1)
+        except Exception as exc:  # any error of user code is reported by name
+            bad = _first_failing(fn, prompts, completions, answers)
+            where = f" on completion {completions[bad]!r} (answer {answers[bad]!r})" if bad is not None else ""
+            raise RewardFunctionError(
+                f"reward function {name!r} of task {self.name!r} raised {type(exc).__name__}: {exc}{where}"
+            ) from exc
+        if len(arr) != len(completions):
+            raise RewardFunctionError(
+                f"reward function {name!r} of task {self.name!r} returned {len(arr)} values for "
+                f"{len(completions)} completions (it must return one float per completion)"
+            )
+        finite = np.isfinite(arr)
+        if not finite.all():
+            i = int(np.flatnonzero(~finite)[0])
+            raise RewardFunctionError(
+                f"reward function {name!r} of task {self.name!r} returned {arr[i]} for completion "
+                f"{completions[i]!r} (answer {answers[i]!r}); rewards must be finite numbers"
+            )
+        return arr
 
-def _split(
-    prompts: list[str], answers: list[str], eval_frac: float, seed: int
-) -> tuple[PromptSet, PromptSet]:
+
+def _first_failing(
+    fn: RewardFunc, prompts: Sequence[Prompt], completions: Sequence[str], answers: Sequence[str]
+) -> int | None:
+    """Index of the first completion the reward raises on alone (None if none does)."""
+    for i in range(len(completions)):
+        try:
+            fn([prompts[i]], [completions[i]], [answers[i]])
+        except Exception:  # noqa: BLE001 - probing which completion the user's reward fails on
+            return i
+    return None
+
+
+def _split(prompts: list[str], answers: list[str], eval_frac: float, seed: int) -> tuple[PromptSet, PromptSet]:
     """Shuffle deterministically and hold out ``eval_frac``; ``eval_frac=0`` evaluates on all."""
     if not 0.0 <= eval_frac < 1.0:
         raise ValueError(f"eval_frac must be in [0, 1), got {eval_frac}")
@@ -103,8 +154,6 @@ def _split(
         PromptSet(tuple(prompts[i] for i in tr), tuple(answers[i] for i in tr)),
         PromptSet(tuple(prompts[i] for i in ev), tuple(answers[i] for i in ev)),
     )
-
-
 
 
 def arithmetic_task(
@@ -154,6 +203,55 @@ def arithmetic_task(
     )
 
 
+ARITH_CHAT_INSTRUCTION = "Compute {a} + {b}. Reply with the number only."
+
+
+def arith_chat_task(
+    low: int = 1,
+    high: int = 50,
+    n_train: int = 2000,
+    n_eval: int = 100,
+    split_seed: int = 0,
+    instruction: str = ARITH_CHAT_INSTRUCTION,
+    format_weight: float = 0.0,
+    rewards: dict[str, float] | None = None,
+    max_new_tokens: int = 12,
+) -> TextTask:
+    """Two-number addition as a chat turn, for pretrained instruct models: the user message
+    ``Compute 17 + 25. Reply with the number only.``, answer ``42``.
+
+    All pairs ``a, b`` in ``[low, high]`` are shuffled with ``split_seed``; the first ``n_eval``
+    are held out and the next ``n_train`` train. Reward: 1 when the last integer of the reply is
+    ``a + b`` (``last_int_match``, also the accuracy), plus ``format_weight`` x ``int_format``
+    (the reply is a bare integer) when > 0.
+    """
+    pairs = [(a, b) for a in range(low, high + 1) for b in range(low, high + 1)]
+    if n_eval < 1 or n_train < 1 or n_eval + n_train > len(pairs):
+        raise ConfigError(
+            f"arith_chat: n_train={n_train} + n_eval={n_eval} must be >= 1 each and at most the "
+            f"{len(pairs)} pairs in [{low}, {high}] (env_kwargs.n_train / env_kwargs.n_eval)"
+        )
+    random.Random(split_seed).shuffle(pairs)
+
+    def rows(chosen: list[tuple[int, int]]) -> PromptSet:
+        prompts = tuple([{"role": "user", "content": instruction.format(a=a, b=b)}] for a, b in chosen)
+        return PromptSet(prompts, tuple(str(a + b) for a, b in chosen))
+
+    if rewards is None:
+        rewards = {"last_int_match": 1.0}
+        if format_weight > 0:
+            rewards["int_format"] = float(format_weight)
+    return TextTask(
+        name="arith_chat",
+        train=rows(pairs[n_eval : n_eval + n_train]),
+        eval=rows(pairs[:n_eval]),
+        rewards=rewards,
+        accuracy="last_int_match",
+        alphabet="0123456789+. " + "".join(sorted(set(instruction) - set("{}"))),
+        max_new_tokens=max_new_tokens,
+    )
+
+
 QUAD_ALPHABET = "0123456789x^+-=, Solve"
 
 
@@ -198,26 +296,57 @@ def quadratic_task(
     )
 
 
-def _read_jsonl(path: Path, prompt_key: str, answer_key: str) -> tuple[list[str], list[str]]:
-    prompts, answers = [], []
-    with path.open() as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+def _read_jsonl(path: Path, prompt_key: str, answer_key: str) -> tuple[list[Prompt], list[str]]:
+    """Rows of a JSONL file; a bad line is reported as ``file:line`` with what is wrong."""
+    if not path.is_file():
+        raise DatasetError(f"{path}: no such file (env_kwargs.path / env_kwargs.eval_path)")
+    prompts: list[Prompt] = []
+    answers: list[str] = []
+    try:
+        f = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    with f:
+        try:
+            lines = list(f)
+        except UnicodeDecodeError as exc:
+            raise DatasetError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
             row = json.loads(line)
-            if prompt_key not in row or answer_key not in row:
-                raise ValueError(
-                    f"{path}:{lineno}: expected keys {prompt_key!r} and {answer_key!r}, got {sorted(row)}"
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{lineno}: not valid JSON ({exc.msg}, column {exc.colno})") from exc
+        if not isinstance(row, dict):
+            raise DatasetError(f"{path}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
+        if prompt_key not in row or answer_key not in row:
+            raise DatasetError(
+                f"{path}:{lineno}: expected keys {prompt_key!r} and {answer_key!r}, got {sorted(row)} "
+                "(env_kwargs.prompt_key / env_kwargs.answer_key name other keys)"
+            )
+        prompt = row[prompt_key]
+        if isinstance(prompt, list):
+            if not prompt or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in prompt
+            ):
+                raise DatasetError(
+                    f"{path}:{lineno}: {prompt_key!r} must be a string or a list of "
+                    '{"role": ..., "content": ...} messages'
                 )
-            prompts.append(str(row[prompt_key]))
-            answers.append(str(row[answer_key]))
+            prompt = [{"role": m["role"], "content": m["content"]} for m in prompt]
+        elif not isinstance(prompt, str):
+            raise DatasetError(f"{path}:{lineno}: {prompt_key!r} must be a string or a list of chat messages")
+        prompts.append(prompt)
+        answers.append(str(row[answer_key]))
     if not prompts:
-        raise ValueError(f"{path}: no rows")
+        raise DatasetError(f"{path}: no rows")
     return prompts, answers
 
 
 def jsonl_task(
-    path: str,
+    path: str | None = None,
     eval_path: str | None = None,
     eval_frac: float = 0.1,
     split_seed: int = 0,
@@ -230,10 +359,13 @@ def jsonl_task(
 ) -> TextTask:
     """Prompt/answer pairs from a local JSONL file, scored by reward functions chosen by name or
     ``module:function``. ``eval_path`` gives an explicit held-out file; otherwise ``eval_frac`` of
-    the rows are held out."""
+    the rows are held out. Each row's prompt is a string or a list of chat messages."""
+    if not path:
+        raise ConfigError(
+            "env=text_jsonl needs the prompt file: add +env_kwargs.path=data.jsonl (one JSON object per line "
+            'with "prompt" and "answer")'
+        )
     p = Path(path).expanduser()
-    if not p.exists():
-        raise FileNotFoundError(f"text_jsonl: {p} does not exist (env_kwargs.path)")
     prompts, answers = _read_jsonl(p, prompt_key, answer_key)
     if eval_path:
         train = PromptSet(tuple(prompts), tuple(answers))
@@ -242,7 +374,8 @@ def jsonl_task(
     else:
         train, ev = _split(prompts, answers, eval_frac, split_seed)
     if alphabet is None:
-        chars = sorted(set("".join(prompts + answers + list(ev.prompts) + list(ev.answers))))
+        texts = [prompt_text(x) for x in prompts + list(ev.prompts)]
+        chars = sorted(set("".join(texts + answers + list(ev.answers))))
         alphabet = "".join(chars)
     if max_new_tokens is None:
         max_new_tokens = max(len(a) for a in answers) + 1
@@ -257,4 +390,9 @@ def jsonl_task(
     )
 
 
-TASKS = {"arithmetic": arithmetic_task, "quadratic": quadratic_task, "text_jsonl": jsonl_task}
+TASKS = {
+    "arithmetic": arithmetic_task,
+    "quadratic": quadratic_task,
+    "arith_chat": arith_chat_task,
+    "text_jsonl": jsonl_task,
+}

@@ -1,26 +1,30 @@
 """A causal-LM policy for GRPO on text: batched sampling with a KV cache and one-pass log-probs.
 
-Any ``AutoModelForCausalLM`` + tokenizer loads from a local directory (or a hub name where the
-user has network). Two operations matter for speed and correctness:
+Any ``AutoModelForCausalLM`` + tokenizer works: a local model directory, a ``.gguf`` file or a hub
+name (see :mod:`grpo_marl.text.loading`). Three operations matter for speed and correctness:
 
 * :meth:`LLMPolicy.generate` samples completions for a batch of prompts with our own decode
-  loop over the model's KV cache (one forward per new token for the whole batch, sampling and
-  EOS bookkeeping as tensor ops, early exit once every row has stopped). It also returns the
-  behaviour log-probs of the sampled tokens under the *temperature-scaled* distribution, which is
-  exactly what :meth:`completion_logprobs` recomputes, so on-policy ratios start at 1 without a
-  second forward pass.
-* :meth:`LLMPolicy.completion_logprobs` scores prompt+completion in ONE forward pass, keeping
-  logits only for completion positions (``logits_to_keep``) and masking prompt, padding and
-  post-EOS tokens.
+  loop over the model's KV cache: each prompt is prefilled once and its cache repeated for the
+  ``G`` samples of its group, then one forward per new token for the whole batch, with sampling
+  and EOS bookkeeping as tensor ops and an early exit once every row has stopped. It also returns
+  the behaviour log-probs of the sampled tokens under the *temperature-scaled* distribution,
+  which is exactly what :meth:`completion_logprobs` recomputes, so on-policy ratios start at 1
+  without a second forward pass.
+* :meth:`LLMPolicy.completion_logprobs` scores prompt+completion with the prompt/padding/post-EOS
+  tokens masked. Rows that share a prompt (the members of a GRPO group) share its forward pass
+  too: the distinct prompts run once and their KV cache is indexed out to every row, so the
+  completions are the only per-row work (gradients flow back through the shared cache).
+* Token log-probs come from :func:`selective_logprobs`: the LM head, log-softmax, target gather
+  and entropy in row chunks, recomputed in the backward pass, so the full ``[rows, vocab]``
+  float32 log-softmax (hundreds of MB for a 50k vocabulary) is never kept for autograd.
 
 Layout (shared with the Task): prompts are LEFT-padded to ``P`` tokens, completions RIGHT-padded
 to ``T`` tokens; ``input_ids = [prompt | completion]`` is ``[B, P+T]``; ``completion_mask[B, T]``
-is 1 for sampled tokens up to and including the first EOS. Position ids are derived from the
-attention mask so left padding does not shift positions.
+is 1 for sampled tokens up to and including the first stop token. Position ids are derived from
+the attention mask so left padding does not shift positions.
 
-The reference policy for the KL term (:meth:`LLMPolicy.make_reference`, called by the GRPO
-algorithm) is a frozen copy, or with LoRA (peft) the same weights with the adapter disabled -
-no second model in memory.
+The reference policy for the KL term (:meth:`LLMPolicy.reference`) is a frozen copy, or with LoRA
+(peft) the same weights with the adapter disabled - no second model in memory.
 """
 
 from __future__ import annotations
@@ -33,13 +37,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from grpo_marl.policies.fast_gpt2 import FastGPT2
 
 #: Logit given to tokens that are never sampled: finite (so 0 * logit stays 0 in the entropy)
 #: yet exp() underflows to exactly 0 in float32.
 NEG_LOGIT = -1e9
+
+#: Architectures whose logits are exactly ``lm_head(last_hidden_state)`` (no soft-capping or
+#: logit scaling), so scoring can run the decoder and the LM head separately.
+HEAD_SPLIT_MODEL_TYPES = frozenset(
+    {"llama", "qwen2", "qwen3", "mistral", "gpt2", "phi3", "olmo", "olmo2", "smollm3", "starcoder2"}
+)
 
 
 @dataclass
@@ -84,9 +94,9 @@ class Generation:
         return self.completion_mask.sum(1)
 
 
-def _cache_kwarg(model: nn.Module) -> str:
+def _cache_kwarg(module: nn.Module) -> str:
     """``cache`` (transformers >= 5.x) or ``past_key_values`` (older), whichever forward takes."""
-    params = inspect.signature(model.forward).parameters
+    params = inspect.signature(module.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
@@ -112,10 +122,100 @@ def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+# ---------------------------------------------------------------------- selective log-softmax
+
+
+def _chunk_rows(vocab: int) -> int:
+    """Rows per chunk so one chunk's float32 logits stay around 32 MB."""
+    return max(1, (1 << 23) // max(vocab, 1))
+
+
+def _chunk_logits(h: Tensor, weight: Tensor, never: Tensor, inv_t: float) -> Tensor:
+    z = (h @ weight.t()).float()
+    if inv_t != 1.0:
+        z = z * inv_t
+    return z.masked_fill_(never, NEG_LOGIT)
+
+
+class _SelectiveLogSoftmax(torch.autograd.Function):
+    """``logp[n] = log softmax(h[n] W^T / temp)[target[n]]`` and the entropy, in row chunks.
+
+    The backward pass recomputes each chunk's logits instead of keeping ``[N, V]`` tensors for
+    autograd: memory is one chunk, compute is one extra head matmul.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, hidden: Tensor, weight: Tensor, targets: Tensor, never: Tensor, inv_t: float, chunk: int
+    ) -> tuple[Tensor, Tensor]:
+        n = hidden.shape[0]
+        logp = torch.empty(n, dtype=torch.float32, device=hidden.device)
+        ent = torch.empty_like(logp)
+        lse = torch.empty_like(logp)
+        for s in range(0, n, chunk):
+            z = _chunk_logits(hidden[s : s + chunk], weight, never, inv_t)
+            lz = z.logsumexp(-1)
+            logp[s : s + chunk] = z.gather(1, targets[s : s + chunk, None]).squeeze(1) - lz
+            p = (z - lz[:, None]).exp_()
+            ent[s : s + chunk] = lz - (p * z).sum(-1)
+            lse[s : s + chunk] = lz
+        ctx.save_for_backward(hidden, weight, targets, never, lse, ent)
+        ctx.inv_t, ctx.chunk = inv_t, chunk
+        ctx.set_materialize_grads(False)
+        return logp, ent
+
+    @staticmethod
+    def backward(ctx: Any, g_logp: Tensor | None, g_ent: Tensor | None) -> tuple[Any, ...]:  # type: ignore[override]
+        hidden, weight, targets, never, lse, ent = ctx.saved_tensors
+        inv_t, chunk = ctx.inv_t, ctx.chunk
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        g_h = torch.empty_like(hidden) if need_h else None
+        g_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        for s in range(0, hidden.shape[0], chunk):
+            h = hidden[s : s + chunk]
+            z = _chunk_logits(h, weight, never, inv_t)
+            logq = z - lse[s : s + chunk, None]
+            p = logq.exp()
+            g_z = torch.zeros_like(z)
+            if g_logp is not None:
+                gl = g_logp[s : s + chunk]
+                g_z -= p * gl[:, None]
+                g_z.scatter_add_(1, targets[s : s + chunk, None], gl[:, None])
+            if g_ent is not None:
+                # dH/dz_j = -p_j (log p_j + H)
+                g_z -= g_ent[s : s + chunk, None] * p * (logq + ent[s : s + chunk, None])
+            g_z.masked_fill_(never, 0.0)
+            if inv_t != 1.0:
+                g_z *= inv_t
+            g_z = g_z.to(weight.dtype)
+            if g_h is not None:
+                g_h[s : s + chunk] = g_z @ weight
+            if g_w is not None:
+                g_w += (g_z.t() @ h).float()
+        return g_h, (None if g_w is None else g_w.to(weight.dtype)), None, None, None, None
+
+
+def selective_logprobs(
+    hidden: Tensor, weight: Tensor, targets: Tensor, never: Tensor, temperature: float = 1.0
+) -> tuple[Tensor, Tensor]:
+    """Log-probs of ``targets`` and entropies under ``softmax(hidden @ weight.T / temperature)``
+    with the ``never`` token ids masked out, for ``hidden[..., d]`` / ``targets[...]``; the
+    ``[..., V]`` logits only ever exist one row chunk at a time (forward and backward)."""
+    shape = targets.shape
+    h = hidden.reshape(-1, hidden.shape[-1])
+    logp, ent = _SelectiveLogSoftmax.apply(
+        h, weight, targets.reshape(-1), never, 1.0 / temperature, _chunk_rows(weight.shape[0])
+    )
+    return logp.view(shape), ent.view(shape)
+
+
+# ---------------------------------------------------------------------- the policy
+
+
 class LLMPolicy(nn.Module):
     """Hugging Face causal LM + tokenizer as a GRPO policy.
 
-    With ``lora`` set only the adapter is trained and :meth:`make_reference` returns the
+    With ``lora`` set only the adapter is trained and :meth:`reference` returns the
     adapter-disabled base model; otherwise the reference is a frozen copy.
     """
 
@@ -143,7 +243,11 @@ class LLMPolicy(nn.Module):
             try:
                 from peft import LoraConfig, get_peft_model
             except ImportError as e:  # pragma: no cover - peft is an optional extra
-                raise ImportError("model.lora needs the optional 'peft' package: pip install peft") from e
+                from grpo_marl.errors import MissingExtraError
+
+                raise MissingExtraError(
+                    'model.lora.enabled=true needs peft: pip install -e ".[lora]" (or pip install peft)'
+                ) from e
             cfg = LoraConfig(
                 r=lora.r,
                 lora_alpha=lora.alpha,
@@ -157,20 +261,40 @@ class LLMPolicy(nn.Module):
             if lora is not None and hasattr(model, "enable_input_require_grads"):
                 model.enable_input_require_grads()
         self.model = model
+        self.gradient_checkpointing = gradient_checkpointing
         self._cache_kw = _cache_kwarg(model)
         self._decode_cache: dict[tuple[int, ...], str] = {}
         self.fast = FastGPT2(model) if (fast_path and not gradient_checkpointing and FastGPT2.supports(model)) else None
+        lm = self.causal_lm
+        # Scoring splits decoder and LM head (prefix sharing + selective log-softmax) for the
+        # architectures where that is exactly the model's forward; others score through it whole.
+        self._split = (
+            self.fast is None
+            and not gradient_checkpointing
+            and getattr(lm.config, "model_type", None) in HEAD_SPLIT_MODEL_TYPES
+            and getattr(lm.get_output_embeddings(), "bias", None) is None
+        )
+        self._decoder_cache_kw = _cache_kwarg(lm.get_decoder()) if self._split else "cache"
+        # Stop tokens: the tokenizer's EOS plus the generation config's (chat models often end a
+        # turn with a different token than the tokenizer's EOS).
+        stops = {self.eos_id}
+        gen_eos = getattr(getattr(lm, "generation_config", None), "eos_token_id", None)
+        for tid in [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or []):
+            stops.add(int(tid))
         # Tokens a completion must never contain: padding, <unk>, and ids past the tokenizer
         # (padded embedding rows of real checkpoints). Sampling and scoring both mask them, so the
         # behaviour and training distributions stay identical; a tiny model trained from scratch
         # also explores faster without them.
         vocab = int(model.get_output_embeddings().weight.shape[0])
+        stops = {s for s in stops if s < vocab}
         never = torch.zeros(vocab, dtype=torch.bool)
         never[min(len(tokenizer), vocab) :] = True
         for tid in (tokenizer.pad_token_id, getattr(tokenizer, "unk_token_id", None)):
-            if tid is not None and tid != self.eos_id and tid < vocab:
+            if tid is not None and tid not in stops and tid < vocab:
                 never[tid] = True
-        self.register_buffer("never_ids", never.to(next(model.parameters()).device), persistent=False)
+        dev = next(model.parameters()).device
+        self.register_buffer("never_ids", never.to(dev), persistent=False)
+        self.register_buffer("stop_ids", torch.tensor(sorted(stops), dtype=torch.long, device=dev), persistent=False)
 
     # ------------------------------------------------------------------ construction / io
 
@@ -185,21 +309,21 @@ class LLMPolicy(nn.Module):
         gradient_checkpointing: bool = False,
         trust_remote_code: bool = False,
     ) -> LLMPolicy:
-        """Load model + tokenizer from a directory (or hub name). ``dtype="auto"`` picks bf16 on
-        CUDA and fp32 on CPU (bf16 matmuls are slow on most CPUs and tiny models gain nothing)."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        """Load model + tokenizer from an HF directory, a ``.gguf`` file or a hub name (see
+        :func:`grpo_marl.text.loading.load_model`). ``dtype="auto"`` picks bf16 on CUDA and fp32
+        on CPU."""
+        from grpo_marl.text.loading import load_model
 
         device = torch.device(device)
-        torch_dtype = resolve_dtype(dtype, device)
-        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=torch_dtype, trust_remote_code=trust_remote_code
-        ).to(device)
+        model, tok = load_model(
+            str(path), dtype=resolve_dtype(dtype, device), device=device, trust_remote_code=trust_remote_code
+        )
         return cls(model, tok, lora=lora, gradient_checkpointing=gradient_checkpointing)
 
     def save_pretrained(self, path: str | Path, *, merge_lora: bool = True) -> Path:
-        """Write an HF model dir that ``from_pretrained``/``model.path=`` reloads. LoRA adapters are
-        merged into a copy of the base weights by default so the result is a plain model."""
+        """Write a plain HF model dir (safetensors + tokenizer + chat template) that
+        ``from_pretrained``/``model.path=`` reloads. LoRA adapters are merged into a copy of the
+        base weights by default; ``merge_lora=False`` writes the adapter alone (peft format)."""
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
         model = self.model
@@ -213,8 +337,14 @@ class LLMPolicy(nn.Module):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def make_reference(self) -> nn.Module:
-        """The reference policy for the KL term (called once by the GRPO algorithm).
+    @property
+    def causal_lm(self) -> nn.Module:
+        """The transformers ``*ForCausalLM`` module (inside the peft wrapper with LoRA)."""
+        get_base = getattr(self.model, "get_base_model", None)
+        return get_base() if callable(get_base) else self.model
+
+    def reference(self) -> nn.Module:
+        """The reference policy for the KL term.
 
         Full fine-tuning: a frozen deep copy. LoRA: a parameter-free view that scores with the
         adapter disabled, i.e. the base model - no second copy of the weights in memory.
@@ -227,23 +357,37 @@ class LLMPolicy(nn.Module):
             p.requires_grad_(False)
         return ref
 
+    # Older name, kept until every caller asks the Task (``Task.reference_policy``).
+    make_reference = reference
+
     # ------------------------------------------------------------------ tokenization
 
-    def encode_prompts(self, prompts: Sequence[str]) -> tuple[Tensor, Tensor]:
-        """Tokenize and left-pad prompts: ``(ids[N, P], mask[N, P])`` on the policy's device."""
-        enc = self.tokenizer(list(prompts), padding=True, return_tensors="pt", padding_side="left")
+    def encode_prompts(self, prompts: Sequence[str], *, add_special_tokens: bool = True) -> tuple[Tensor, Tensor]:
+        """Tokenize and left-pad prompts: ``(ids[N, P], mask[N, P])`` on the policy's device.
+        Prompts rendered through a chat template already hold their special tokens: pass
+        ``add_special_tokens=False`` for them."""
+        enc = self.tokenizer(
+            list(prompts),
+            padding=True,
+            return_tensors="pt",
+            padding_side="left",
+            add_special_tokens=add_special_tokens,
+        )
         return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
 
     def decode(self, completion_ids: Tensor, completion_mask: Tensor) -> list[str]:
-        """Completion texts (EOS and padding dropped) for ``[B, T]`` ids and their mask.
+        """Completion texts (stop token and padding dropped) for ``[B, T]`` ids and their mask.
 
         Memoized per distinct token sequence: group members and successive updates repeat
         completions a lot (all of them, once a policy converges), and the tokenizer's Python
         decode is otherwise a visible share of a tiny model's update.
         """
-        lengths = (completion_mask.sum(1) - (completion_ids == self.eos_id).any(1).long()).tolist()
+        n = completion_mask.sum(1)
+        last = completion_ids.gather(1, (n - 1).clamp_min(0)[:, None]).squeeze(1)
+        stopped = (n > 0) & torch.isin(last, self.stop_ids)
+        lengths = (n - stopped.long()).tolist()
         rows = completion_ids.tolist()
-        keys = [tuple(r[:n]) for r, n in zip(rows, lengths)]
+        keys = [tuple(r[:k]) for r, k in zip(rows, lengths)]
         cache = self._decode_cache
         missing = list({k for k in keys if k not in cache})
         if missing:
@@ -271,8 +415,8 @@ class LLMPolicy(nn.Module):
         """Sample ``num_samples`` completions per prompt (rows of one prompt are contiguous).
 
         Prompts are prefilled once and the KV cache is repeated ``num_samples`` times, so a group
-        of G completions costs one prompt forward, not G. Sampling stops at EOS per row (later
-        tokens are padding, masked out) and the loop exits as soon as every row has stopped.
+        of G completions costs one prompt forward, not G. Sampling stops at a stop token per row
+        (later tokens are padding, masked out) and the loop exits as soon as every row stopped.
         """
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
@@ -339,6 +483,7 @@ class LLMPolicy(nn.Module):
         alive_len = torch.zeros(b, dtype=torch.long, device=dev)
         attn = torch.cat([prompt_mask, torch.ones((b, max_new_tokens), dtype=prompt_mask.dtype, device=dev)], 1)
         inv_t = 1.0 if greedy else 1.0 / temperature
+        single_stop = self.stop_ids.numel() == 1
         steps = 0
         for t in range(max_new_tokens):
             scaled = logits.float().mul(inv_t).masked_fill(self.never_ids, NEG_LOGIT)
@@ -353,7 +498,7 @@ class LLMPolicy(nn.Module):
             tokens[:, t] = tok
             logps[:, t] = logprobs.gather(1, tok[:, None]).squeeze(1).masked_fill(done, 0.0)
             alive_len += (~done).long()
-            done = done | (tok == self.eos_id)
+            done = done | ((tok == self.eos_id) if single_stop else torch.isin(tok, self.stop_ids))
             steps = t + 1
             if t + 1 == max_new_tokens or bool(done.all()):
                 break
@@ -400,15 +545,21 @@ class LLMPolicy(nn.Module):
         with_entropy: bool = False,
         model: nn.Module | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Log-probs (and entropies) of the completion tokens in one forward pass.
+        """Log-probs (and entropies) of the completion tokens.
 
         ``input_ids``/``attention_mask`` are ``[B, P+T]``, ``completion_mask`` is ``[B, T]``.
-        Returns ``logp[B, T]`` (0 where masked) and ``entropy[B, T]`` or None. Only the last
-        ``T + 1`` positions go through the LM head. ``model`` overrides the scoring model (the
-        reference); default is the trained model.
+        Returns ``logp[B, T]`` (0 where masked) and ``entropy[B, T]`` or None. ``model``
+        overrides the scoring model (a reference); default is the trained model.
         """
         model = self.model if model is None else model
         t_len = completion_mask.shape[1]
+        targets = input_ids[:, -t_len:]
+        if self._split and model is self.model:
+            hidden = self._completion_hidden(input_ids, attention_mask, t_len)
+            head = self.causal_lm.get_output_embeddings().weight
+            logp, ent = selective_logprobs(hidden, head, targets, self.never_ids, temperature)
+            mask = completion_mask.to(logp.dtype)
+            return logp * mask, (ent * mask if with_entropy else None)
         pos = positions_from_mask(attention_mask)
         padded = bool((attention_mask == 0).any())
         if self.fast is not None and model is self.model:
@@ -427,7 +578,6 @@ class LLMPolicy(nn.Module):
         if temperature != 1.0:
             logits = logits / temperature
         logits = logits.masked_fill(self.never_ids, NEG_LOGIT)
-        targets = input_ids[:, -t_len:]
         logz = logits.logsumexp(-1)
         logp = logits.gather(-1, targets[..., None]).squeeze(-1) - logz
         mask = completion_mask.to(logp.dtype)
@@ -438,6 +588,45 @@ class LLMPolicy(nn.Module):
             entropy = (logz - (probs * logits).sum(-1)) * mask
         return logp, entropy
 
+    def _decoder(self, input_ids: Tensor, mask: Tensor | None, pos: Tensor, cache: Any, use_cache: bool) -> Any:
+        return self.causal_lm.get_decoder()(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=pos,
+            use_cache=use_cache,
+            **{self._decoder_cache_kw: cache},
+        )
+
+    def _completion_hidden(self, input_ids: Tensor, attention_mask: Tensor, t_len: int) -> Tensor:
+        """``[B, T, d]`` final hidden states at the positions predicting the completion tokens.
+
+        Rows with the same prompt block share one prompt forward: the distinct prompts are run
+        with a KV cache, which is indexed out to every row for the completion forward.
+        """
+        b, width = input_ids.shape
+        p_len = width - t_len
+        prompt_ids = input_ids[:, :p_len]
+        # Padding is part of the row (masked ids are the pad id), so equal ids mean equal prompts.
+        uniq, inverse = torch.unique(prompt_ids, dim=0, return_inverse=True)
+        padded = bool((attention_mask == 0).any())
+        pos = positions_from_mask(attention_mask)
+        if p_len == 0 or uniq.shape[0] == b:
+            hid = self._decoder(input_ids, attention_mask if padded else None, pos, None, False).last_hidden_state
+            return hid[:, p_len - 1 : width - 1]
+        first = torch.zeros(uniq.shape[0], dtype=torch.long, device=inverse.device)
+        first.scatter_(0, inverse.flip(0), torch.arange(b - 1, -1, -1, device=inverse.device))
+        p_mask = attention_mask[first, :p_len]
+        out = self._decoder(uniq, p_mask if padded else None, pos[first, :p_len], None, True)
+        cache = _out_cache(out)
+        cache.batch_select_indices(inverse)
+        last_prompt = out.last_hidden_state[:, -1:][inverse]
+        if t_len == 1:
+            return last_prompt
+        comp = self._decoder(
+            input_ids[:, p_len:-1], attention_mask[:, :-1] if padded else None, pos[:, p_len:-1], cache, False
+        ).last_hidden_state
+        return torch.cat([last_prompt, comp], 1)
+
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor, completion_mask: Tensor, temperature: float = 1.0
     ) -> tuple[Tensor, Tensor | None]:
@@ -445,113 +634,6 @@ class LLMPolicy(nn.Module):
         return self.completion_logprobs(
             input_ids, attention_mask, completion_mask, temperature=temperature, with_entropy=True
         )
-
-
-class FastGPT2:
-    """A lean forward pass for ``GPT2LMHeadModel`` over the model's own parameters.
-
-    Why: for the tiny models trained from scratch on CPU, a step is dominated by per-call
-    Python overhead of the generic transformers stack (mask builders, cache objects, output
-    dataclasses, decorators), not by arithmetic. This is the same computation (LayerNorm,
-    fused QKV, SDPA, GELU MLP, tied head) in ~15 ops per block with a plain list KV cache.
-    It reads the HF modules at call time, so training, ``load_state_dict`` and deep copies all
-    act on the one set of weights; tests check its logits against the HF forward. Used only
-    when :meth:`supports` says the config has nothing it does not implement (no dropout, no
-    attention-scaling variants, no cross-attention); everything else takes the HF path.
-    """
-
-    _ACTS = {
-        "gelu": lambda x: F.gelu(x),
-        "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-        "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-        "relu": F.relu,
-        "silu": F.silu,
-        "swish": F.silu,
-    }
-
-    def __init__(self, model: nn.Module) -> None:
-        cfg = model.config
-        self.model = model
-        self.n_head = int(cfg.n_head)
-        self.eps = float(cfg.layer_norm_epsilon)
-        self.act = self._ACTS[cfg.activation_function]
-
-    @classmethod
-    def supports(cls, model: nn.Module) -> bool:
-        try:
-            from transformers import GPT2LMHeadModel
-        except ImportError:  # pragma: no cover
-            return False
-        if type(model) is not GPT2LMHeadModel:
-            return False
-        c = model.config
-        return (
-            c.activation_function in cls._ACTS
-            and bool(c.scale_attn_weights)
-            and not c.scale_attn_by_inverse_layer_idx
-            and not c.reorder_and_upcast_attn
-            and not getattr(c, "add_cross_attention", False)
-            and float(c.resid_pdrop) == 0.0
-            and float(c.embd_pdrop) == 0.0
-            and float(c.attn_pdrop) == 0.0
-        )
-
-    def __call__(
-        self,
-        input_ids: Tensor,
-        position_ids: Tensor,
-        key_valid: Tensor | None,
-        cache: list[tuple[Tensor, Tensor]] | None = None,
-        logits_to_keep: int = 0,
-    ) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
-        """Logits of the last ``logits_to_keep`` positions (0 = all) and the updated KV cache.
-
-        ``key_valid[B, S]`` marks attendable keys over cache + new tokens (None = all valid).
-        """
-        tr = self.model.transformer
-        b, n = input_ids.shape
-        x = tr.wte(input_ids) + tr.wpe(position_ids)
-        past = 0 if not cache else cache[0][0].shape[2]
-        s = past + n
-        mask = None
-        if key_valid is not None or (past and n > 1):
-            allowed = torch.ones((n, s), dtype=torch.bool, device=x.device).tril(past)
-            if key_valid is not None:
-                allowed = allowed[None] & key_valid[:, None, :].bool()
-                # A query with no attendable key (a padding position) would give NaN, which then
-                # leaks through 0 * NaN into real rows; let it attend to itself instead.
-                own = torch.zeros((n, s), dtype=torch.bool, device=x.device)
-                ar = torch.arange(n, device=x.device)
-                own[ar, ar + past] = True
-                allowed = allowed | own[None]
-                allowed = allowed[:, None]
-            mask = allowed
-        causal = mask is None and past == 0 and n > 1
-        d = x.shape[-1]
-        hd = d // self.n_head
-        new_cache: list[tuple[Tensor, Tensor]] = []
-        for i, blk in enumerate(tr.h):
-            h = F.layer_norm(x, (d,), blk.ln_1.weight, blk.ln_1.bias, self.eps)
-            qkv = torch.addmm(blk.attn.c_attn.bias, h.reshape(-1, d), blk.attn.c_attn.weight)
-            q, k, v = qkv.view(b, n, 3, self.n_head, hd).permute(2, 0, 3, 1, 4).unbind(0)
-            if cache:
-                k = torch.cat([cache[i][0], k], 2)
-                v = torch.cat([cache[i][1], v], 2)
-            new_cache.append((k, v))
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
-            o = o.transpose(1, 2).reshape(-1, d)
-            x = x + torch.addmm(blk.attn.c_proj.bias, o, blk.attn.c_proj.weight).view(b, n, d)
-            h = F.layer_norm(x, (d,), blk.ln_2.weight, blk.ln_2.bias, self.eps).reshape(-1, d)
-            h = self.act(torch.addmm(blk.mlp.c_fc.bias, h, blk.mlp.c_fc.weight))
-            x = x + torch.addmm(blk.mlp.c_proj.bias, h, blk.mlp.c_proj.weight).view(b, n, d)
-        if logits_to_keep:
-            x = x[:, -logits_to_keep:]
-        x = F.layer_norm(x, (d,), tr.ln_f.weight, tr.ln_f.bias, self.eps)
-        return F.linear(x, self.model.lm_head.weight), new_cache
-
-    @staticmethod
-    def repeat_cache(cache: list[tuple[Tensor, Tensor]], n: int) -> list[tuple[Tensor, Tensor]]:
-        return [(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in cache]
 
 
 class AdapterDisabledReference(nn.Module):
@@ -596,11 +678,9 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
         return dtype
     if dtype in (None, "auto"):
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    try:
-        value = getattr(torch, str(dtype))
-    except AttributeError as e:
-        raise ValueError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16") from e
+    value = getattr(torch, str(dtype), None)
     if not isinstance(value, torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
-    return value
+        from grpo_marl.errors import ConfigError
 
+        raise ConfigError(f"model.dtype={dtype!r} is not a dtype; use auto, float32, bfloat16 or float16")
+    return value

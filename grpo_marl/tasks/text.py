@@ -11,6 +11,9 @@ Widths are fixed per run (prompt block = the longest prompt, completion block =
 trims all-padding columns of each minibatch before the forward pass, so the fixed layout costs
 nothing in compute.
 
+Prompts may be strings or chat messages; they are rendered through the tokenizer's chat template
+per ``text.chat_template`` / ``text.system_prompt`` (:mod:`grpo_marl.text.chat`) and tokenized once.
+
 Env steps are completions (one-step episodes), so ``total_steps`` counts sampled completions and
 ``time/sps`` is completions per second.
 """
@@ -30,8 +33,12 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from grpo_marl.batch import Batch
-from grpo_marl.policies.llm import LLMPolicy, LoraSpec
+from grpo_marl.logging import RunLogger
+from grpo_marl.policies.llm import LLMPolicy, LoraSpec, resolve_dtype
 from grpo_marl.registry import EnvSpec
+from grpo_marl.tasks.base import Task
+from grpo_marl.text.chat import render_prompts
+from grpo_marl.text.warm_start import sft_warm_start, trim_left
 
 
 def throughput_summary(
@@ -80,7 +87,6 @@ def build_policy(cfg: DictConfig, alphabet: str, device: torch.device) -> LLMPol
             gradient_checkpointing=bool(m.gradient_checkpointing),
             trust_remote_code=bool(m.trust_remote_code),
         )
-    from grpo_marl.policies.llm import resolve_dtype
     from grpo_marl.tiny_lm import TinyLMConfig, build_tiny_lm
 
     tiny = TinyLMConfig(
@@ -98,11 +104,12 @@ def build_policy(cfg: DictConfig, alphabet: str, device: torch.device) -> LLMPol
     return LLMPolicy(model, tok, lora=lora, gradient_checkpointing=bool(m.gradient_checkpointing))
 
 
-class TextTask:
-    """Everything text-specific the trainer needs (see ``grpo_marl.tasks``)."""
+class TextTask(Task):
+    """Everything text-specific the trainer needs (see :class:`grpo_marl.tasks.base.Task`)."""
 
     minibatch_by = "sequence"
     input_keys = ("input_ids", "attention_mask", "completion_mask")
+    threshold_metric = "eval/accuracy"
 
     def __init__(self, cfg: DictConfig, spec: EnvSpec, device: torch.device, collector: str = "episodes") -> None:
         if collector != "episodes":
@@ -127,19 +134,32 @@ class TextTask:
         # Read once: OmegaConf attribute access costs microseconds each, per update.
         self.log_every = int(t.log_completions_every)
         self.log_n = int(t.log_completions)
-        self.tensorboard = bool(cfg.log.tensorboard)
         self.num_groups = int(cfg.algo.num_groups)
         self.group_size = int(cfg.algo.group_size)
         self.policy = build_policy(cfg, self.text_task.alphabet, device)
-        # Tokenize every prompt once; batches slice these tensors (no tokenizer in the hot loop).
-        self._train_ids, self._train_mask = self.policy.encode_prompts(list(self.train_set.prompts))
-        self._eval_ids, self._eval_mask = self.policy.encode_prompts(list(self.eval_set.prompts))
+        # Render (chat template) and tokenize every prompt once; batches slice these tensors.
+        tok = self.policy.tokenizer
+        mode, system = t.get("chat_template", "auto"), t.get("system_prompt") or None
+        self.train_text, templated = render_prompts(tok, list(self.train_set.prompts), mode, system)
+        self.eval_text, _ = render_prompts(tok, list(self.eval_set.prompts), mode, system)
+        self.chat_template = templated
+        special = not templated  # a rendered template already holds its special tokens
+        self._train_ids, self._train_mask = self.policy.encode_prompts(self.train_text, add_special_tokens=special)
+        self._eval_ids, self._eval_mask = self.policy.encode_prompts(self.eval_text, add_special_tokens=special)
         self.prompt_width = int(self._train_ids.shape[1])
         self.sft_stats: dict[str, float] = {}
         # On resume the checkpoint's weights replace the policy's, so the warm start is skipped.
         if int(t.get("sft_steps", 0) or 0) > 0 and not cfg.get("resume"):
-            self.sft_stats = self.sft_warm_start(
-                int(t.sft_steps), float(t.sft_lr), int(t.sft_batch), float(t.get("sft_weight_decay", 0.0) or 0.0)
+            self.sft_stats = sft_warm_start(
+                self.policy,
+                self._train_ids,
+                self._train_mask,
+                self.train_set.answers,
+                steps=int(t.sft_steps),
+                lr=float(t.sft_lr),
+                batch=int(t.sft_batch),
+                weight_decay=float(t.get("sft_weight_decay", 0.0) or 0.0),
+                seed=int(cfg.seed),
             )
         self.generator = torch.Generator(device=device).manual_seed(int(cfg.seed))
         self.rng = np.random.default_rng(int(cfg.seed))
@@ -152,58 +172,15 @@ class TextTask:
         self.completions = 0
         self.updates = 0
         self.run_dir: Path | None = None
-        self._writer: Any = None
-        self.threshold_metric = "eval/accuracy"
+        self.logger: RunLogger | None = None
+        self._legacy_attach = False
+        self._finished: dict[str, Any] | None = None
         # Throughput of this process (summary.json): seconds per update from its first collect
         # to the end of its optimizer step, and what those updates sampled.
         self._t_update: float | None = None
         self._step_times: list[float] = []
         self._timed_completions = 0
         self._timed_tokens = 0.0
-
-    # -- optional supervised warm start --------------------------------------------------------
-    def teacher_forced(self, rows: np.ndarray) -> tuple[Tensor, Tensor, Tensor]:
-        """``(input_ids, attention_mask, completion_mask)`` for train prompts + reference answers
-        (+ EOS), in the sampler's layout, so the one-pass scorer gives their log-likelihood."""
-        tok = self.policy.tokenizer
-        answers = [self.train_set.answers[i] for i in rows]
-        enc = tok(answers, add_special_tokens=False)["input_ids"]
-        t_len = max(len(x) for x in enc) + 1
-        comp = torch.full((len(rows), t_len), self.policy.pad_id, dtype=torch.long)
-        cmask = torch.zeros((len(rows), t_len), dtype=torch.long)
-        for r, ids in enumerate(enc):
-            comp[r, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
-            comp[r, len(ids)] = self.policy.eos_id
-            cmask[r, : len(ids) + 1] = 1
-        sel = torch.as_tensor(rows, device=self.device)
-        p_ids, p_mask = self._trim_left(self._train_ids[sel], self._train_mask[sel])
-        comp, cmask = comp.to(self.device), cmask.to(self.device)
-        return torch.cat([p_ids, comp], 1), torch.cat([p_mask, cmask], 1), cmask
-
-    def sft_warm_start(self, steps: int, lr: float, batch: int, weight_decay: float = 0.0) -> dict[str, float]:
-        """Supervised fine-tuning on the train split's reference answers before GRPO (the
-        issue's allowed "SFT warm start"; off unless ``text.sft_steps > 0``). Uses its own AdamW
-        so the RL optimizer starts fresh; never sees the eval split. Weight decay is what lets a
-        tiny model trained on a small split generalise to held-out prompts instead of memorising
-        the training answers (decoupled decay, as in grokking studies)."""
-        opt = torch.optim.AdamW(
-            [p for p in self.policy.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay
-        )
-        rng = np.random.default_rng(int(self.cfg.seed) + 17)
-        n = len(self.train_set)
-        loss_val = float("nan")
-        self.policy.train()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            rows = rng.choice(n, size=min(batch, n), replace=False)
-            ids, attn, cm = self.teacher_forced(rows)
-            logp, _ = self.policy.completion_logprobs(ids, attn, cm)
-            loss = -(logp.sum() / cm.sum())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            loss_val = float(loss.detach())
-        return {"text/sft_steps": float(steps), "text/sft_final_nll": loss_val, "text/sft_seconds": time.perf_counter() - t0}
 
     # -- trainer hooks -----------------------------------------------------------------------
     @property
@@ -213,9 +190,22 @@ class TextTask:
     def set_env_steps(self, steps: int) -> None:
         self.completions = int(steps)
 
-    def attach_run_dir(self, run_dir: Path, is_main: bool = True) -> None:
-        """Where sample completions go (``completions.jsonl``, appended; TensorBoard text)."""
+    def reference_policy(self) -> torch.nn.Module:
+        """Frozen copy of the policy, or with LoRA the adapter-disabled base (no second model)."""
+        return self.policy.reference()
+
+    def attach_run(self, run_dir: Path, logger: RunLogger | None, is_main: bool) -> None:
+        """Sample completions go to ``completions.jsonl`` (appended) and the run's TensorBoard
+        text (through ``logger``); only the main process writes."""
         self.run_dir = Path(run_dir) if is_main else None
+        self.logger = logger if is_main else None
+
+    def attach_run_dir(self, run_dir: Path, is_main: bool = True) -> None:
+        """Older trainer hook (no logger yet): completions go to ``completions.jsonl`` only, and
+        :meth:`summary_extra` also runs :meth:`finish`. Removed once the trainer calls
+        :meth:`attach_run` and :meth:`finish`."""
+        self.attach_run(run_dir, None, is_main)
+        self._legacy_attach = True
 
     # -- sampling ------------------------------------------------------------------------------
     def _next_prompts(self, n: int) -> np.ndarray:
@@ -236,11 +226,7 @@ class TextTask:
             self._pos += take
         return np.asarray(out, dtype=np.int64)
 
-    @staticmethod
-    def _trim_left(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """Drop prompt columns that are padding in every row (left padding of a sub-batch)."""
-        first = int(mask.any(0).long().argmax())
-        return ids[:, first:], mask[:, first:]
+    _trim_left = staticmethod(trim_left)
 
     def collect(self, policy: LLMPolicy) -> Batch:
         t0 = time.perf_counter()
@@ -264,6 +250,7 @@ class TextTask:
         prompts = [self.train_set.prompts[i] for i in rows]
         answers = [self.train_set.answers[i] for i in rows]
         total, per_fn, acc = self.text_task.score(prompts, texts, answers)
+        prompts = [self.train_text[i] for i in rows]  # logged as the model saw them
         t_score = time.perf_counter()
         if self.prompt_sampling == "hard":
             group_acc = acc.reshape(len(idx), self.group_size).mean(1)
@@ -276,12 +263,14 @@ class TextTask:
             valid = valid & ~gen.truncated[:, None]
         rewards = torch.zeros((b, self.max_new_tokens), dtype=torch.float32, device=self.device)
         last = (cm.sum(1) - 1).clamp_min(0)
-        rewards[torch.arange(b, device=self.device), last] = torch.as_tensor(total, dtype=torch.float32, device=self.device)
+        rewards[torch.arange(b, device=self.device), last] = torch.as_tensor(
+            total, dtype=torch.float32, device=self.device
+        )
         pad_p = self.prompt_width - gen.prompt_len
         pad_t = self.max_new_tokens - t_len
         pad_id = policy.pad_id
 
-        def widen(x: Tensor, value: float | int) -> Tensor:
+        def widen(x: Tensor, value: float) -> Tensor:
             """[B, P+T] -> [B, P_max + T_max]: left-pad the prompt block, right-pad the completion."""
             return torch.nn.functional.pad(x, (pad_p, pad_t), value=value)
 
@@ -340,17 +329,17 @@ class TextTask:
         ]
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with open(self.run_dir / "completions.jsonl", "a") as f:  # appended, never overwritten
-            for r in records:
-                f.write(json.dumps(r) + "\n")
-        if self.tensorboard:
-            if self._writer is None:
-                from torch.utils.tensorboard import SummaryWriter
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        if self.logger is not None:
 
-                self._writer = SummaryWriter(str(self.run_dir / "tb"))
+            def cell(s: str) -> str:
+                return "`" + s.replace("`", "'").replace("|", "\\|").replace("\n", "⏎") + "`"
+
             table = "| prompt | completion | answer | reward |\n|---|---|---|---|\n" + "\n".join(
-                f"| `{r['prompt']}` | `{r['completion']}` | `{r['answer']}` | {r['reward']:.3f} |" for r in records
+                f"| {cell(r['prompt'])} | {cell(r['completion'])} | {cell(r['answer'])} | {r['reward']:.3f} |"
+                for r in records
             )
-            self._writer.add_text("rollout/completions", table, self.completions)
+            self.logger.text("rollout/completions", table, self.completions)
 
     # -- scoring ---------------------------------------------------------------------------------
     def log_prob(self, policy: Any, mb: dict[str, Tensor], need_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
@@ -367,7 +356,9 @@ class TextTask:
         attn = attn[:, first : p + t_used]
         # Entropy is always computed (it is cheap next to the forward) so train/entropy is logged
         # even without an entropy bonus; detached then, so it adds nothing to the backward pass.
-        logp, ent = policy.completion_logprobs(ids, attn, cm[:, :t_used], temperature=self.temperature, with_entropy=True)
+        logp, ent = policy.completion_logprobs(
+            ids, attn, cm[:, :t_used], temperature=self.temperature, with_entropy=True
+        )
         if not need_entropy and ent is not None:
             ent = ent.detach()
         if t_used < t_full:
@@ -440,24 +431,33 @@ class TextTask:
         self.completions = int(state["completions"])
         self.updates = int(state["updates"])
 
-    def summary_extra(self) -> dict[str, Any]:
-        """At the end of training: save the policy as an HF model dir (``model.save``), so
+    def finish(self, run_dir: Path, is_main: bool) -> dict[str, Any]:
+        """At the end of training: save the policy as a plain HF model dir in ``run_dir/model``
+        (``model.save``; LoRA merged unless ``model.lora.save_adapter``), so
         ``model.path=<run_dir>/model`` reloads it, and report where it is."""
+        if self._finished is not None:
+            return self._finished
+        out: dict[str, Any] = {}
+        if is_main and bool(self.cfg.model.save):
+            merge = not bool(self.cfg.model.lora.get("save_adapter", False))
+            out["model_dir"] = str(self.policy.save_pretrained(Path(run_dir) / "model", merge_lora=merge))
+        self._finished = out
+        return out
+
+    def summary_extra(self) -> dict[str, Any]:
+        """Task, completion budget, warm-start and throughput figures for ``summary.json``."""
         out: dict[str, Any] = {
             "text/task": self.text_task.name,
             "text/max_new_tokens": self.max_new_tokens,
+            "text/chat_template": self.chat_template,
             **self.sft_stats,
             **throughput_summary(self._step_times, self._timed_completions, self._timed_tokens, self.device),
         }
-        if self.run_dir is not None and bool(self.cfg.model.save):
-            path = self.policy.save_pretrained(self.run_dir / "model")
-            out["model_dir"] = str(path)
+        if self._legacy_attach and self.run_dir is not None:
+            out.update(self.finish(self.run_dir, True))  # older trainers call no finish() hook
         return out
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
         self.env.close()
 
 

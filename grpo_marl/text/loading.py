@@ -1,0 +1,130 @@
+"""Load a causal LM + tokenizer from ``model.path``: an HF model directory, a ``.gguf`` file, or a
+hub name (where a network is available).
+
+A ``.gguf`` file is dequantized by transformers (which needs the ``gguf`` package) into
+``model.dtype``; the loaded model still carries transformers' GGUF quantizer marker, which makes
+``save_pretrained`` refuse to write it and trainers refuse to fine-tune it, although every weight
+is a plain tensor by then. :func:`load_model` drops that marker, so the result is an ordinary
+trainable model and a run's saved ``model/`` is a plain HF directory (safetensors + tokenizer +
+chat template) that reloads with ``model.path=``.
+
+Every failure is one line naming the path (:class:`grpo_marl.errors.ModelPathError`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grpo_marl.errors import MissingExtraError, ModelPathError
+
+TEXT_EXTRA = 'pip install -e ".[text]"'
+#: ``name`` or ``org/name``: what a hub id looks like (local paths are tried first).
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def require_transformers(what: str = "text envs") -> None:
+    """Raise :class:`MissingExtraError` naming the ``text`` extra when transformers is missing."""
+    for mod in ("transformers", "tokenizers"):
+        if importlib.util.find_spec(mod) is None:
+            raise MissingExtraError(f"{what} need the optional 'text' extra ({mod} is not installed): {TEXT_EXTRA}")
+
+
+def looks_like_hub_id(path: str) -> bool:
+    """True for ``name`` / ``org/name`` strings that are not local paths (no ``./``, ``/``, ``~``)."""
+    return not path.endswith(".gguf") and bool(_HUB_ID.match(path)) and not Path(path).exists()
+
+
+def check_model_path(path: str) -> str | None:
+    """A one-line problem with ``model.path`` that can be seen without loading it, or None."""
+    p = Path(path).expanduser()
+    if p.exists():
+        if p.is_dir() and not (p / "config.json").exists() and not list(p.glob("*.gguf")):
+            return (
+                f"model.path={path}: the directory has no config.json and no .gguf file; give a Hugging Face "
+                "model directory (e.g. a run's model/ dir), a .gguf file or a hub name"
+            )
+        if p.is_file() and p.suffix != ".gguf":
+            return f"model.path={path}: a file must be a .gguf model; otherwise give a Hugging Face model directory"
+        return None
+    if looks_like_hub_id(path):
+        return None  # resolved on the hub at load time (needs a network)
+    return f"model.path={path}: no such file or directory (give an HF model directory, a .gguf file or a hub name)"
+
+
+def resolve_model_path(path: str) -> str:
+    """Absolute path for local paths (so ``resume``/``evaluate`` work from any directory); hub ids
+    are returned unchanged."""
+    p = Path(path).expanduser()
+    if p.exists() or not looks_like_hub_id(path):
+        return str(p.resolve())
+    return path
+
+
+def _gguf_file(path: Path) -> Path | None:
+    if path.is_file() and path.suffix == ".gguf":
+        return path
+    if path.is_dir() and not (path / "config.json").exists():
+        files = sorted(path.glob("*.gguf"))
+        if len(files) == 1:
+            return files[0]
+        if len(files) > 1:
+            names = ", ".join(f.name for f in files)
+            raise ModelPathError(f"model.path={path}: several .gguf files ({names}); pass one of them as model.path")
+    return None
+
+
+def make_plain(model: Any) -> Any:
+    """Drop transformers' GGUF quantizer marker from a dequantized model (weights are plain
+    tensors already), so it saves with ``save_pretrained`` and trains like any other model."""
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+    if "is_quantized" in vars(model):
+        model.is_quantized = False
+    for attr in ("quantization_method", "_pre_quantization_dtype"):
+        if attr in vars(model):
+            delattr(model, attr)
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model
+
+
+def load_model(
+    path: str,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    trust_remote_code: bool = False,
+) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from an HF directory, a ``.gguf`` file (or a directory holding one)
+    or a hub name; raises :class:`ModelPathError` with one line when that fails."""
+    require_transformers("model.path")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    problem = check_model_path(path)
+    if problem:
+        raise ModelPathError(problem)
+    local = Path(path).expanduser()
+    gguf = _gguf_file(local) if local.exists() else None
+    kw: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    if gguf is not None:
+        if importlib.util.find_spec("gguf") is None:
+            raise MissingExtraError(f"model.path={path}: reading .gguf files needs the 'gguf' package: {TEXT_EXTRA}")
+        src, kw["gguf_file"] = str(gguf.parent), gguf.name
+    else:
+        src = str(local) if local.exists() else path
+    try:
+        tok = AutoTokenizer.from_pretrained(src, **kw)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, **kw)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        where = "from the Hugging Face hub (no network?)" if not local.exists() else "as a causal LM"
+        raise ModelPathError(f"model.path={path}: could not be loaded {where}: {reason[:300]}") from exc
+    if gguf is not None:
+        model = make_plain(model)
+        model = model.to(dtype)
+    return model.to(device), tok
