@@ -1,7 +1,7 @@
 """Advantage estimators: pure functions on dense, masked tensors.
 
 GRPO has no critic: a rollout's advantage is its reward *relative to the other members of its
-group* (rollouts that share a starting point, see DESIGN.md section 1). Everything here is a
+group* (rollouts that share a starting point, see docs/ARCHITECTURE.md, "The algorithm"). Everything here is a
 stateless function of ``[groups, G]`` or ``[groups, G, T]`` tensors plus boolean masks, so the
 estimators can be unit-tested by hand and swapped without touching the collector or the loss.
 GAE for the PPO baseline lives here too, so that comparisons differ only in the estimator.

@@ -11,8 +11,8 @@ GRPO variants differ in how they average a ``[B, T]`` per-token loss:
 Each is written as a weight tensor ``w`` with ``loss = (w * per_token_loss).sum()``. The weights
 are computed **once over the whole collected batch**; a minibatch then just sums its slice of
 ``w * per_token_loss``. Summing the minibatch losses reproduces the full-batch aggregation
-exactly, whatever the minibatch split (the trainer multiplies each minibatch loss by the number
-of minibatches so the step size does not shrink). Computing a mean inside each minibatch instead
+exactly, whatever the minibatch split (the algorithm multiplies each minibatch's weights by the
+number of minibatches, which the trainer tells it, so the step size does not shrink). Computing a mean inside each minibatch instead
 would silently change the aggregation (e.g. "grpo" would weigh sequences by which minibatch they
 landed in). New modes are added with :func:`register_aggregation`.
 """
