@@ -162,6 +162,93 @@ def test_trajectories_equal_gymnasium(case: Case) -> None:
     assert counts["terminated" if case.terminates else "truncated"] >= case.min_ends, counts
 
 
+def _states_and_actions(env_id: str, rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
+    """Single-env states (in the dtype the original holds them) and actions spread over the whole
+    state space, with the boundary cases of every clip, wrap and goal test."""
+    n = 600
+    f32 = np.float32
+    if env_id == "Acrobot-v1":
+        s = rng.uniform([-np.pi, -np.pi, -4 * np.pi, -9 * np.pi], [np.pi, np.pi, 4 * np.pi, 9 * np.pi], (n, 4))
+        s[:50, 2:] = [4 * np.pi, -9 * np.pi]  # at the velocity bounds (the angles wrap more than once)
+        return list(s), rng.integers(0, 3, (n, 1))
+    if env_id == "Pendulum-v1":
+        s = np.stack([rng.uniform(-20, 20, n), rng.uniform(-8, 8, n)], axis=1)  # theta is never wrapped
+        u = rng.uniform(-3, 3, n).astype(f32)
+        u[:40] = [2.0, -2.0] * 20
+        # torques whose square differs between pow (a numpy scalar's ``u ** 2``) and u * u
+        pool = rng.uniform(-2, 2, 100_000).astype(f32)
+        u[40:80] = pool[pool * pool != np.power(pool, np.full_like(pool, 2.0))][:40]
+        return list(s), u[:, None, None]
+    pos = rng.uniform(-1.2, 0.6, n)
+    vel = rng.uniform(-0.07, 0.07, n)
+    pos[:60] = np.repeat([-1.2, 0.6, 0.45, 0.5], 15)
+    vel[:60] = np.tile([-0.07, 0.07, 0.0, -0.01, 0.069], 12)
+    pos[60:120] = rng.uniform(-1.2, -1.1, 60)  # pushed into the left wall
+    vel[60:120] = rng.uniform(-0.07, -0.05, 60)
+    pos[120:180] = rng.uniform(0.4, 0.6, 60)  # reaching the goal at top speed
+    vel[120:180] = rng.uniform(0.06, 0.07, 60)
+    if env_id == "MountainCar-v0":
+        return list(np.stack([pos, vel], axis=1)), rng.integers(0, 3, (n, 1))
+    # MountainCarContinuous: float64 reset states (velocity 0), float32 states after a step
+    act = rng.uniform(-2, 2, n).astype(f32)
+    act[:100] = np.tile(np.array([1.0, -1.0, 0.0, 1.5, -1.5], f32), 20)
+    states: list[np.ndarray] = [np.array([p, 0.0]) for p in pos[:150]]
+    states += [np.array([p, v], f32) for p, v in zip(pos[150:], vel[150:], strict=True)]
+    # at the left wall with a velocity a few ulps either side of cancelling the push: the new
+    # position rounds to the wall in float32 without going below it
+    probe = gym.make(env_id).unwrapped
+    probe.reset(seed=0)
+    for j, a in enumerate(np.array([0.0, 0.5, -1.0], f32)):
+        probe.state = np.array([-1.2, 0.0], f32)
+        dv = probe.step(np.array([a]))[0][1]  # = the velocity change from rest
+        v = -dv
+        for _ in range(6):
+            v = np.nextafter(v, f32(-1))
+        for k in range(12):
+            states[150 + 12 * j + k] = np.array([-1.2, v], f32)
+            act[150 + 12 * j + k] = a
+            v = np.nextafter(v, f32(1))
+    return states, act[:, None, None]
+
+
+ONE_STEP = [c for c in CASES if c.env_id != "Pendulum-v1" or not c.kwargs]
+ONE_STEP.append(
+    Case(
+        MountainCarContinuousVec,
+        "MountainCarContinuous-v0",
+        _mountain_car_continuous,
+        0,
+        {"goal_velocity": 0.0700000001},
+    )
+)
+
+
+@pytest.mark.parametrize("case", ONE_STEP, ids=str)
+def test_one_step_bit_exact_over_the_state_space(case: Case) -> None:
+    """From states all over the state space (and every clipping boundary), one step of the port
+    gives bit-identical float64 states and rewards, observations and terminations."""
+    rng = np.random.default_rng(11)
+    states, actions = _states_and_actions(case.env_id, rng)
+    n = len(states)
+    env = gym.make(case.env_id, **case.kwargs).unwrapped
+    env.reset(seed=0)
+    new_states, obs, rew, term = [], [], [], []
+    for state, act in zip(states, actions, strict=True):
+        env.state = state.copy()
+        o, r, t, _, _ = env.step(int(act[0]) if actions.ndim == 2 else act[0].copy())
+        new_states.append(np.asarray(env.state, np.float64))
+        obs.append(o)
+        rew.append(r)
+        term.append(t)
+    vec = case.cls(n, **case.kwargs)
+    fresh = np.array([s.dtype == np.float64 for s in states]) & (case.env_id == "MountainCarContinuous-v0")
+    s, o, r, t = vec._advance(np.array(states, np.float64), vec._decode(actions, np.zeros(n, bool)), fresh)
+    np.testing.assert_array_equal(s, np.array(new_states))
+    np.testing.assert_array_equal(o, np.array(obs))
+    np.testing.assert_array_equal(r, np.array(rew, np.float64))
+    np.testing.assert_array_equal(t, np.array(term))
+
+
 @pytest.mark.parametrize("env_id", list(BY_ENV))
 def test_time_limit_truncation_equals_gymnasium(env_id: str) -> None:
     counts = _run_against_gym(BY_ENV[env_id], 4, 40, max_episode_steps=7)
@@ -175,9 +262,11 @@ def test_termination_on_the_last_step_is_also_truncated(env_id: str) -> None:
     vec = case.cls(1)
     obs = vec.reset([5]).obs[:, 0]
     rng = np.random.default_rng(0)
-    for n in range(1, 500):
+    n = 0
+    while n < 500:
         step = vec.step(case.policy(obs, rng))
         obs = step.obs[:, 0]
+        n += 1
         if step.env_done[0]:
             break
     assert step.terminated[0, 0]

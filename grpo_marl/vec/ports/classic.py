@@ -362,7 +362,7 @@ class PendulumVec(_ClassicVec):
     max_torque = 2.0
     dt = 0.05
     m = 1.0
-    l = 1.0
+    length = 1.0  # the original's ``l``
 
     def _configure(self, kw: dict[str, Any]) -> None:
         self.g = kw["g"]
@@ -376,10 +376,10 @@ class PendulumVec(_ClassicVec):
         self, s: np.ndarray, a: np.ndarray, fresh: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         th, thdot = s[:, 0], s[:, 1]
-        g, m, l, dt = self.g, self.m, self.l, self.dt
+        g, m, length, dt = self.g, self.m, self.length, self.dt
         u = np.clip(a, -self.max_torque, self.max_torque)[:, 0]  # float32
         costs = _pow2(_angle_normalize(th)) + 0.1 * _pow2(thdot) + 0.001 * _pow2(u)
-        newthdot = thdot + (3 * g / (2 * l) * np.sin(th) + 3.0 / (m * l**2) * u) * dt
+        newthdot = thdot + (3 * g / (2 * length) * np.sin(th) + 3.0 / (m * length**2) * u) * dt
         newthdot = np.clip(newthdot, -self.max_speed, self.max_speed)
         newth = th + newthdot * dt
         obs = np.stack([np.cos(newth), np.sin(newth), newthdot], axis=1).astype(np.float32)
@@ -499,8 +499,9 @@ class MountainCarContinuousVec(_ClassicVec):
         at_wall = p_lo | (ps == self.min_position)
         zero = at_wall & (vs < 0)
         vs = np.where(zero, np.float32(0), vs)
-        # the termination test sees the Python floats where a clip put them
-        pos_ok = p_hi | (~p_lo & (ps >= self.goal_position))
+        # the termination test sees the Python floats where a clip put them (for the position,
+        # 0.6 and -1.2 compare with the goal as their float32 values do)
+        pos_ok = ps >= self.goal_position
         vel_ok = np.where(
             zero,
             0 >= gv,
