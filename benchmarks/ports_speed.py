@@ -100,7 +100,90 @@ def classic_rows(num_envs: int, seconds: float) -> list[Row]:
     return rows
 
 
-FAMILIES: dict[str, Callable[[int, float], list[Row]]] = {"classic": classic_rows}
+# -- MPE (mpe2 scenarios) -------------------------------------------------------------------------
+MPE = (
+    ("simple_spread_v3", False),
+    ("simple_spread_v3", True),
+    ("simple_speaker_listener_v4", False),
+    ("simple_reference_v3", False),
+)
+
+
+def _mpe_actions(layout: Any, num_envs: int, count: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``count`` batches of uniform random joint actions: ``int64[E, A]`` or ``float32[E, A, k]``."""
+    if layout.continuous:
+        k = max(layout.action_dims)
+        return list(rng.uniform(0.0, 1.0, (count, num_envs, layout.num_agents, k)).astype(np.float32))
+    n = np.asarray(layout.n_actions)
+    return list(rng.integers(0, n, (count, num_envs, layout.num_agents)))
+
+
+def _time_mpe2(name: str, continuous: bool, layout: Any, actions: list[np.ndarray], seconds: float) -> float:
+    """mpe2's own ``parallel_env``, one per env, stepped in a Python loop (what a single-process
+    collector does); an env that finishes is reset at once, inside the timed loop."""
+    import importlib
+
+    from pettingzoo.utils.env_logger import EnvLogger
+
+    EnvLogger.suppress_output()
+    module = importlib.import_module(f"mpe2.{name}")
+    E = actions[0].shape[0]
+    envs = [module.parallel_env(continuous_actions=continuous) for _ in range(E)]
+    for i, env in enumerate(envs):
+        env.reset(seed=i)
+    next_seed = [E]
+    agents = layout.agents
+    dims = layout.action_dims
+
+    def step(t: int) -> None:
+        a = actions[t % len(actions)]
+        for i, env in enumerate(envs):
+            if continuous:
+                env.step({ag: a[i, k, : dims[k]] for k, ag in enumerate(agents)})
+            else:
+                env.step({ag: int(a[i, k]) for k, ag in enumerate(agents)})
+            if not env.agents:
+                env.reset(seed=next_seed[0])
+                next_seed[0] += 1
+
+    return _rate(step, E, seconds)
+
+
+def _time_mpe_port(vec: Any, actions: list[np.ndarray], seconds: float) -> float:
+    E = vec.num_envs
+    vec.reset(list(range(E)))
+    next_seed = [E]
+
+    def step(t: int) -> None:
+        done = vec.step(actions[t % len(actions)]).env_done
+        if done.any():
+            idx = np.flatnonzero(done)
+            vec.reset(list(range(next_seed[0], next_seed[0] + len(idx))), idx)
+            next_seed[0] += len(idx)
+
+    return _rate(step, E, seconds)
+
+
+def mpe_rows(num_envs: int, seconds: float) -> list[Row]:
+    """mpe2 scenarios: the ports of :mod:`grpo_marl.vec.ports.mpe` vs mpe2's ``parallel_env``
+    stepped in a Python loop over the same number of envs (joint steps: one env, all agents)."""
+    from grpo_marl.vec.ports import port_class
+
+    rows = []
+    for name, continuous in MPE:
+        cls = port_class(name)
+        vec = cls(num_envs, continuous_actions=continuous)
+        actions = _mpe_actions(vec.layout, num_envs, 256, np.random.default_rng(0))
+        ref_sps = _time_mpe2(name, continuous, vec.layout, actions, seconds)
+        port_sps = _time_mpe_port(vec, actions, seconds)
+        kind = "continuous" if continuous else "discrete"
+        rows.append(
+            Row(f"{name} ({kind})", cls.__name__, port_sps, f"mpe2 parallel_env x{num_envs}, Python loop", ref_sps)
+        )
+    return rows
+
+
+FAMILIES: dict[str, Callable[[int, float], list[Row]]] = {"classic": classic_rows, "mpe": mpe_rows}
 
 
 def main(argv: list[str] | None = None) -> str:
