@@ -18,13 +18,14 @@ from pettingzoo.utils.env_logger import EnvLogger
 
 from grpo_marl.errors import EnvError, UserInputError
 from grpo_marl.vec.base import Step
-from grpo_marl.vec.ports import port_class
-from grpo_marl.vec.ports.mpe import SimpleReferenceVec, SimpleSpeakerListenerVec, SimpleSpreadVec
+from grpo_marl.vec.ports import PORTS, port_class
+from grpo_marl.vec.ports.mpe import SimpleReferenceVec, SimpleSpeakerListenerVec, SimpleSpreadVec, SimpleVec
 
 CLASSES = {
     "simple_spread_v3": SimpleSpreadVec,
     "simple_speaker_listener_v4": SimpleSpeakerListenerVec,
     "simple_reference_v3": SimpleReferenceVec,
+    "simple_v3": SimpleVec,  # same physics, not in the registry
 }
 
 # (scenario, mpe2 kwargs): defaults plus the kwargs each port implements
@@ -34,6 +35,7 @@ CASES = [
     ("simple_speaker_listener_v4", {}),
     ("simple_reference_v3", {}),
     ("simple_reference_v3", {"local_ratio": 0.8, "max_cycles": 9}),
+    ("simple_v3", {}),
 ]
 
 
@@ -156,7 +158,8 @@ def test_spaces_and_layout_match_mpe2(name):
         vec = CLASSES[name](2, continuous_actions=continuous)
         env = _mpe2(name, continuous_actions=continuous)
         lay = vec.layout
-        assert vec.name == name and port_class(name) is CLASSES[name]
+        assert vec.name == name
+        assert port_class(name) is (CLASSES[name] if name in PORTS else None)
         assert lay.agents == tuple(env.possible_agents)
         for k, agent in enumerate(lay.agents):
             assert lay.observation_spaces[k] == env.observation_space(agent)

@@ -806,3 +806,46 @@ class SimpleReferenceVec(_MpeVec):
         glob = (own[:, 0] + own[:, 1]) / 2
         lr = self.local_ratio
         return glob[:, None] * (1 - lr) + own * lr
+
+
+class SimpleVec(_MpeVec):
+    """mpe2 ``simple_v3``: one silent agent, one landmark; reward minus the squared distance.
+    Nothing collides. (Not in the port registry: it is the smoke-test scenario.)
+
+    Kwargs: ``max_cycles``, ``continuous_actions``, ``dynamic_rescaling`` (rendering only).
+    """
+
+    name = "simple_v3"
+    _DEFAULTS: ClassVar[dict[str, Any]] = {
+        "max_cycles": 25,
+        "continuous_actions": False,
+        "render_mode": None,
+        "dynamic_rescaling": True,
+        "benchmark_data": False,
+    }
+
+    def _build(self, kw: dict[str, Any]) -> None:
+        self.agent_names = ["agent_0"]
+        self.n_landmarks = 1
+        self.dim_c = 0  # mpe2's World default: this scenario never sets it
+        self.movable = np.ones(1, bool)
+        self.silent = np.ones(1, bool)
+        self.agent_collide = np.zeros(1, bool)
+        self.landmark_collide = np.zeros(1, bool)
+        self.agent_size = np.full(1, 0.05)
+        self.landmark_size = np.full(1, 0.05)
+        self.accel = np.full(1, 5.0)
+        self.max_speed = np.full(1, np.inf)
+        self.mass = np.ones(1)
+        self.obs_dims = [4]
+
+    def _observe(self, w: _World) -> np.ndarray:
+        n = w.apos.shape[0]
+        out = np.empty((n, 1, 4), np.float32)
+        out[:, 0, 0:2] = w.avel[:, 0]
+        out[:, 0, 2:4] = w.lpos[:, 0] - w.apos[:, 0]
+        return out
+
+    def _reward(self, w: _World) -> np.ndarray:
+        sq = np.square(w.apos[:, 0] - w.lpos[:, 0])
+        return -(sq[:, 0] + sq[:, 1])[:, None]
