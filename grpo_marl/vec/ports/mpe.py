@@ -443,8 +443,11 @@ class _MpeVec(VecEnv):
         talk = self._talkers
         if self.continuous:
             a = np.asarray(actions)
-            if a.ndim != 3 or a.shape[:2] != (E, A):
-                raise UserInputError(f"{self.name}: continuous actions must have shape [E, A, k], got {a.shape}")
+            k = max(self.layout.action_dims)
+            if a.ndim != 3 or a.shape[:2] != (E, A) or a.shape[2] < k:
+                raise UserInputError(
+                    f"{self.name}: continuous actions must have shape [E, A, k >= {k}] = [{E}, {A}, {k}], got {a.shape}"
+                )
             if done is not None:
                 a = np.where(done[:, None, None], 0.0, a)
             a = np.clip(a.astype(np.float32, copy=False), 0, 1)  # mpe2's clip wrapper (float32 bounds)
@@ -617,8 +620,8 @@ class SimpleSpreadVec(_MpeVec):
                     "the batched port; use the mpe2-backed env for it"
                 )
         N = kw["N"]
-        if not isinstance(N, int) or N < 2:
-            raise UserInputError(f"{self.name}: env kwarg N must be an integer >= 2 for the batched port, got {N!r}")
+        if not isinstance(N, int) or isinstance(N, bool) or N < 1:
+            raise UserInputError(f"{self.name}: env kwarg N must be an integer >= 1, got {N!r}")
         self.local_ratio = kw["local_ratio"]
         self.curriculum = bool(kw["curriculum"])
         self.terminate_on_success = bool(kw["terminate_on_success"])
