@@ -1,5 +1,8 @@
 """mpe2's particle worlds as one array program over all envs and agents.
 
+Scenarios: ``simple_spread_v3``, ``simple_speaker_listener_v4``, ``simple_reference_v3`` (in the
+port registry) and ``simple_v3`` (same physics; :class:`SimpleVec`).
+
 mpe2 steps each env as a Python object graph (one ``Agent``/``Landmark`` object per entity, a
 Python double loop for collisions), which caps a single process at a few thousand joint steps
 per second. Here every env of the batch lives in a few arrays -- agent positions/velocities
@@ -15,16 +18,16 @@ identical. Exactness is kept by doing the float64 arithmetic in mpe2's order:
   them; moves scaled by ``accel`` (sensitivity 5.0); continuous moves ``a[2]-a[1], a[4]-a[3]``
   subtracted in float32 after clipping to the Box, like mpe2's clip wrapper;
 * collision forces (soft contact ``logaddexp`` penetration) are added to an agent's action
-  force one partner at a time in entity order -- a sequential ``cumsum``, because a pairwise sum
-  would round differently;
+  force one partner at a time in entity order -- a reduction over a leading axis, which numpy
+  does sequentially, because a pairwise (last-axis) sum would round differently;
 * integration: position with the old velocity, damping, force/mass*dt, ``max_speed`` clipping;
 * rewards: sums over landmarks accumulated sequentially as mpe2's Python loops do, and
   ``local_ratio`` mixing computed as ``global * (1 - r) + local * r``.
 
 Resets draw each env's initial state from its own generator (``PCG64(seed)``, as mpe2's
 ``reset(seed=...)``), in the scenario's draw order; ``reset`` with seed None continues the env's
-generator, like mpe2. Resets loop over the reset envs (they are rare); steps never loop over envs
-or agents.
+generator, like mpe2. Resets loop over the reset envs (they are rare; envs sharing a seed are
+drawn once); steps never loop over envs or agents.
 """
 
 from __future__ import annotations
