@@ -39,10 +39,17 @@ import numpy as np
 from grpo_marl.errors import EnvError, UserInputError
 from grpo_marl.vec.base import Step, VecEnv, layout_of
 
+_TWOS: dict[tuple[tuple[int, ...], Any], np.ndarray] = {}
+
 
 def _pow2(x: np.ndarray) -> np.ndarray:
     """``x ** 2`` as a numpy scalar computes it (``pow``), not as an array does (``x * x``)."""
-    return np.power(x, np.full(x.shape, 2.0, x.dtype))
+    key = (x.shape, x.dtype)
+    two = _TWOS.get(key)
+    if two is None:
+        two = _TWOS[key] = np.full(x.shape, 2.0, x.dtype)
+        two.flags.writeable = False
+    return np.power(x, two)
 
 
 @dataclass
@@ -275,6 +282,7 @@ class AcrobotVec(_ClassicVec):
     MAX_VEL_1 = 4 * np.pi
     MAX_VEL_2 = 9 * np.pi
     AVAIL_TORQUE = np.array([-1.0, 0.0, +1])
+    _max_vel = np.array([[MAX_VEL_1], [MAX_VEL_2]])
 
     def _draw(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         s = rng.uniform(low=-0.1, high=0.1, size=(4,)).astype(np.float32)
@@ -294,16 +302,18 @@ class AcrobotVec(_ClassicVec):
         I2 = self.LINK_MOI
         g = 9.8
         theta1, theta2, dtheta1, dtheta2 = s
-        d1 = m1 * lc1**2 + m2 * (l1**2 + lc2**2 + 2 * l1 * lc2 * cos(theta2)) + I1 + I2
-        d2 = m2 * (lc2**2 + l1 * lc2 * cos(theta2)) + I2
+        # the original calls cos(theta2) twice and sin(theta2) three times; the values are the same
+        cos_t2, sin_t2 = cos(theta2), sin(theta2)
+        d1 = m1 * lc1**2 + m2 * (l1**2 + lc2**2 + 2 * l1 * lc2 * cos_t2) + I1 + I2
+        d2 = m2 * (lc2**2 + l1 * lc2 * cos_t2) + I2
         phi2 = m2 * lc2 * g * cos(theta1 + theta2 - pi / 2.0)
         phi1 = (
-            -m2 * l1 * lc2 * _pow2(dtheta2) * sin(theta2)
-            - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * sin(theta2)
+            -m2 * l1 * lc2 * _pow2(dtheta2) * sin_t2
+            - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * sin_t2
             + (m1 * lc1 + m2 * l1) * g * cos(theta1 - pi / 2)
             + phi2
         )
-        ddtheta2 = (a + d2 / d1 * phi1 - m2 * l1 * lc2 * _pow2(dtheta1) * sin(theta2) - phi2) / (
+        ddtheta2 = (a + d2 / d1 * phi1 - m2 * l1 * lc2 * _pow2(dtheta1) * sin_t2 - phi2) / (
             m2 * lc2**2 + I2 - _pow2(d2) / d1
         )
         ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
@@ -313,24 +323,23 @@ class AcrobotVec(_ClassicVec):
         self, s: np.ndarray, a: np.ndarray, fresh: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         torque = self.AVAIL_TORQUE[a]
-        # gymnasium's rk4 over t = [0, dt]: one step of classic RK4
+        # gymnasium's rk4 over t = [0, dt]: one step of classic RK4, on the [4, E] state (every
+        # operation is elementwise, so rows are computed exactly as the original's components)
         dt = self.dt - 0
         dt2 = dt / 2.0
-        y0 = tuple(s.T)
-        k1 = self._dsdt(y0, torque)
-        k2 = self._dsdt(tuple(y + dt2 * k for y, k in zip(y0, k1, strict=True)), torque)
-        k3 = self._dsdt(tuple(y + dt2 * k for y, k in zip(y0, k2, strict=True)), torque)
-        k4 = self._dsdt(tuple(y + dt * k for y, k in zip(y0, k3, strict=True)), torque)
-        ns = [y + dt / 6.0 * (q1 + 2 * q2 + 2 * q3 + q4) for y, q1, q2, q3, q4 in zip(y0, k1, k2, k3, k4, strict=True)]
-        ns[0] = _wrap(ns[0], -np.pi, np.pi)
-        ns[1] = _wrap(ns[1], -np.pi, np.pi)
-        ns[2] = np.minimum(np.maximum(ns[2], -self.MAX_VEL_1), self.MAX_VEL_1)
-        ns[3] = np.minimum(np.maximum(ns[3], -self.MAX_VEL_2), self.MAX_VEL_2)
-        t1, t2, v1, v2 = ns
-        terminated = -np.cos(t1) - np.cos(t2 + t1) > 1.0
+        y0 = np.ascontiguousarray(s.T)
+        k1 = np.stack(self._dsdt(tuple(y0), torque))
+        k2 = np.stack(self._dsdt(tuple(y0 + dt2 * k1), torque))
+        k3 = np.stack(self._dsdt(tuple(y0 + dt2 * k2), torque))
+        k4 = np.stack(self._dsdt(tuple(y0 + dt * k3), torque))
+        ns = y0 + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
+        ns[:2] = _wrap(ns[:2], -np.pi, np.pi)
+        ns[2:] = np.minimum(np.maximum(ns[2:], -self._max_vel), self._max_vel)
+        cos_t, sin_t = np.cos(ns[:2]), np.sin(ns[:2])
+        terminated = -cos_t[0] - np.cos(ns[1] + ns[0]) > 1.0
         reward = np.where(terminated, 0.0, -1.0)
-        obs = np.stack([np.cos(t1), np.sin(t1), np.cos(t2), np.sin(t2), v1, v2], axis=1).astype(np.float32)
-        return np.stack(ns, axis=1), obs, reward, terminated
+        obs = np.stack([cos_t[0], sin_t[0], cos_t[1], sin_t[1], ns[2], ns[3]], axis=1).astype(np.float32)
+        return ns.T, obs, reward, terminated
 
 
 def _wrap(x: np.ndarray, m: float, M: float) -> np.ndarray:
