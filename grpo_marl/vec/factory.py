@@ -25,8 +25,19 @@ from grpo_marl.vec.workers import WorkerVec
 
 VECTORIZATIONS = ("auto", "native", "sync", "async")
 
-#: Ports that ``auto`` picks (each checked step for step against the original env in the tests).
-AUTO_PORTS: set[str] = set()
+#: Ports that ``auto`` picks (each checked step for step against the original env in the tests);
+#: ``vec.vectorization=sync`` (or ``async``) keeps the original Gymnasium / mpe2 envs for cross-checks.
+AUTO_PORTS: frozenset[str] = frozenset(
+    {
+        "Acrobot-v1",
+        "Pendulum-v1",
+        "MountainCar-v0",
+        "MountainCarContinuous-v0",
+        "simple_spread_v3",
+        "simple_speaker_listener_v4",
+        "simple_reference_v3",
+    }
+)
 
 
 def resolve_workers(requested: int, num_envs: int, cpus: int | None = None) -> int:
