@@ -66,13 +66,13 @@ class Case:
 
 
 CASES = [
-    Case(AcrobotVec, "Acrobot-v1", _acrobot, 300),
-    Case(PendulumVec, "Pendulum-v1", _pendulum, 260, terminates=False),
+    Case(AcrobotVec, "Acrobot-v1", _acrobot, 250),
+    Case(PendulumVec, "Pendulum-v1", _pendulum, 210, terminates=False),
     Case(PendulumVec, "Pendulum-v1", _pendulum, 60, {"g": 9.81}, terminates=False, min_ends=0),
-    Case(MountainCarVec, "MountainCar-v0", _mountain_car, 300),
-    Case(MountainCarVec, "MountainCar-v0", _mountain_car, 300, {"goal_velocity": 0.01}),
-    Case(MountainCarContinuousVec, "MountainCarContinuous-v0", _mountain_car_continuous, 400),
-    Case(MountainCarContinuousVec, "MountainCarContinuous-v0", _mountain_car_continuous, 300, {"goal_velocity": 0.02}),
+    Case(MountainCarVec, "MountainCar-v0", _mountain_car, 220),
+    Case(MountainCarVec, "MountainCar-v0", _mountain_car, 220, {"goal_velocity": 0.01}),
+    Case(MountainCarContinuousVec, "MountainCarContinuous-v0", _mountain_car_continuous, 220),
+    Case(MountainCarContinuousVec, "MountainCarContinuous-v0", _mountain_car_continuous, 220, {"goal_velocity": 0.02}),
 ]
 BY_ENV = {c.env_id: c for c in CASES if not c.kwargs}
 
