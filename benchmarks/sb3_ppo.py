@@ -74,7 +74,9 @@ def run(env: str, seed: int, run_dir: Path, eval_every: int, eval_episodes: int,
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     from grpo_marl.registry import get_spec
-    from grpo_marl.vector import make_vec_env
+    from grpo_marl.collectors import evaluate_policy
+    from grpo_marl.groups import AgentGroups
+    from grpo_marl.vec import make_vec_env
 
     torch.set_num_threads(1)  # same as grpo_marl's control default: fair per-core comparison
     spec = get_spec(env)
@@ -99,24 +101,25 @@ def run(env: str, seed: int, run_dir: Path, eval_every: int, eval_episodes: int,
     metrics_path = run_dir / "metrics.jsonl"
     metrics_path.write_text("")
 
+    class _Greedy:
+        """SB3's model behind the interface grpo_marl's one evaluation loop drives."""
+
+        groups = AgentGroups.from_layout(eval_vec.layout)
+
+        def act(self, obs: torch.Tensor, mask: Any = None, deterministic: bool = True) -> tuple[Any, None]:
+            x = obs[:, 0].numpy()
+            x = train_env.normalize_obs(x) if normalize else x
+            action, _ = model.predict(x, deterministic=deterministic)
+            return torch.as_tensor(np.asarray(action))[:, None], None
+
+        def to_env(self, actions: torch.Tensor) -> np.ndarray:
+            return actions.numpy()
+
     def evaluate(seed_offset: int = 0) -> dict[str, float]:
-        # Same seeds as grpo_marl.tasks.gym.GymTask.evaluate.
+        # Same seeds and the same evaluation loop as grpo_marl's own runs (ControlTask.evaluate).
         seeds = 1_000_000 + 1000 * seed + seed_offset + np.arange(eval_episodes)
-        obs = eval_vec.reset(seeds)
-        returns = np.zeros(eval_episodes)
-        alive = np.ones(eval_episodes, dtype=bool)
-        for _ in range(eval_vec.max_episode_steps or 10_000):
-            x = train_env.normalize_obs(obs) if normalize else obs
-            action, _ = model.predict(x, deterministic=True)
-            out = eval_vec.step(action)
-            returns += out.reward * alive
-            alive &= ~(out.terminated | out.truncated)
-            obs = out.obs
-            if not alive.any():
-                break
-        return {"eval/return_mean": float(returns.mean()), "eval/return_std": float(returns.std()),
-                "eval/return_min": float(returns.min()), "eval/return_max": float(returns.max()),
-                "eval/episodes": float(eval_episodes)}
+        out = evaluate_policy(_Greedy(), eval_vec, seeds.tolist(), "cpu", deterministic=True)  # type: ignore[arg-type]
+        return {k: out[k] for k in ("eval/return_mean", "eval/return_std", "eval/return_min", "eval/return_max", "eval/episodes")}
 
     def log(step: int, record: dict[str, float]) -> None:
         with open(metrics_path, "a") as f:
