@@ -213,11 +213,14 @@ MODEL: dict[str, Key] = {
     "lora.alpha": POS,
     "lora.dropout": Float(lo=0, lt=1),
     "lora.target_modules": Key("any"),  # peft syntax: a string or a list of module names
+    "lora.save_adapter": BOOL,
 }
 TEXT: dict[str, Key] = {
     "max_new_tokens": Int(gt=0, nullable=True, hint="null = the task's hint"),
     "temperature": POS,
     "top_p": Float(gt=0, hi=1),
+    "chat_template": Choice("auto", True, False),
+    "system_prompt": Key("str", nullable=True),
     "mask_truncated": BOOL,
     "prompt_sampling": Choice("uniform", "hard"),
     "hard_floor": POS,

@@ -337,7 +337,8 @@ def _run_cli(cfg: DictConfig, overrides: list[str], run_dir: Path) -> None:
 _STARTED = False  # set once Hydra composed the config and called :func:`hydra_main`
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+# An absolute path: the config is found the same way from ``python -m``, the console script and tests.
+@hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parent / "conf"), config_name="config")
 def hydra_main(cfg: DictConfig) -> None:
     global _STARTED
     _STARTED = True

@@ -3,6 +3,7 @@ what to change; env defaults sit between the base files and the command line."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,240 @@ def test_added_unknown_key_is_rejected_with_a_suggestion(run_cli):
     assert proc.returncode == 2
     assert "unknown key algo.grup_size" in proc.stderr
     assert "did you mean algo.group_size" in proc.stderr
+
+
+# --------------------------------------------------------------------------- the schema
+def _leaf_keys(node: object, prefix: str = "") -> list[str]:
+    from omegaconf import DictConfig
+
+    from grpo_marl import schema
+
+    out = []
+    for key, value in node.items():  # type: ignore[attr-defined]
+        full = f"{prefix}{key}"
+        declared = {**schema.COMMON, **{f"algo.{k}": v for a in schema.ALGO.values() for k, v in a.items()}}
+        declared.update({f"model.{k}": v for k, v in schema.MODEL.items()})
+        declared.update({f"text.{k}": v for k, v in schema.TEXT.items()})
+        if isinstance(value, (dict, DictConfig)) and value and declared.get(full, schema.Key("x")).kind != "map":
+            out.extend(_leaf_keys(value, f"{full}."))
+        else:
+            out.append(full)
+    return out
+
+
+def test_every_key_of_every_config_file_is_declared() -> None:
+    """A key cannot be added to a config file without a type and range (grpo_marl/schema.py)."""
+    from omegaconf import OmegaConf
+
+    from grpo_marl import schema
+
+    root = Path(__file__).resolve().parents[1]
+    conf = root / "grpo_marl" / "conf"
+    checked: list[tuple[str, str]] = []  # (algo, dotted key)
+    base = OmegaConf.to_container(OmegaConf.load(conf / "config.yaml"))
+    for key in ("defaults", "hydra"):
+        base.pop(key)
+    checked += [("grpo", k) for k in _leaf_keys(base)]
+    for path in sorted((conf / "algo").glob("*.yaml")):
+        checked += [(path.stem, f"algo.{k}") for k in _leaf_keys(OmegaConf.to_container(OmegaConf.load(path)))]
+    for group in ("model", "text"):
+        for path in sorted((conf / group).glob("*.yaml")):
+            checked += [("grpo", f"{group}.{k}") for k in _leaf_keys(OmegaConf.to_container(OmegaConf.load(path)))]
+    env_files = sorted((root / "envs" / "conf").glob("*.yaml"))
+    assert env_files
+    for path in env_files:
+        for section, overrides in OmegaConf.to_container(OmegaConf.load(path)).items():
+            algo = section if section in schema.ALGO else "grpo"
+            checked += [(algo, k) for k in _leaf_keys(overrides)]
+    missing = sorted({f"{key} (algo={algo})" for algo, key in checked if key not in schema.declared(algo)})
+    assert not missing, f"declare these keys in grpo_marl/schema.py: {missing}"
+    assert len(checked) > 100
+
+
+def _bad_value(key: str, spec) -> str | None:
+    """A value of the wrong type or outside the declared range, as a command-line string."""
+    if key in ("env", "env_kwargs") or spec.kind == "any":
+        return None  # env names have their own tests; free-form
+    if key == "resume":
+        return "/nonexistent/run"
+    if key == "device":
+        return "tpu"
+    if spec.choices is not None:
+        return "not_an_option"
+    if spec.kind == "bool":
+        return "maybe"
+    if spec.kind == "str":
+        return "nope" if key == "algo.name" else "''"
+    if spec.kind == "ints":
+        return "[0]"
+    if spec.kind == "map":
+        return "3"
+    for bound, delta in ((spec.gt, 0), (spec.lo, -1), (spec.lt, 0), (spec.hi, 1)):
+        if bound is not None:
+            value = bound + delta
+            return str(int(value)) if spec.kind == "int" else str(value)
+    return "abc"
+
+
+KEY_TOKEN = r"(?<![\w.+/-])((?:[a-z_][a-z0-9_]*\.)*[a-z_][a-z0-9_]*)="
+
+
+def _named_keys(text: str) -> set[str]:
+    import re
+
+    return set(re.findall(KEY_TOKEN, text))
+
+
+def _exists(key: str) -> bool:
+    from omegaconf import DictConfig, OmegaConf
+
+    from grpo_marl.config import CONFIG_GROUPS, FREE_FORM, reference_config
+
+    if key in CONFIG_GROUPS or any(key.startswith(f + ".") for f in FREE_FORM):
+        return True
+    for algo in ("grpo", "ppo", "mappo", "ippo"):
+        ref = reference_config({"algo": algo, "model": "default", "text": "default"})
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(ref, parent) if parent else ref
+        if isinstance(node, DictConfig) and leaf in node:
+            return True
+    return False
+
+
+def _bad_value_table() -> list[tuple[str, str, str]]:
+    from grpo_marl import schema
+
+    rows = []
+    for algo in ("grpo", "ppo"):
+        for key, spec in schema.declared(algo).items():
+            if algo != "grpo" and not key.startswith("algo."):
+                continue
+            bad = _bad_value(key, spec)
+            if bad is not None and _exists(key):  # keys a helper declared ahead of its config file
+                rows.append((algo, key, bad))
+    return rows
+
+
+BAD_VALUES = _bad_value_table()
+
+
+@functools.lru_cache(maxsize=4)
+def _composed(algo: str):
+    from tests.conftest import compose_config
+
+    return compose_config(["env=cartpole", f"algo={algo}"])
+
+
+def _input_error(algo: str, key: str, bad: str, run_dir: Path) -> str:
+    """What ``python -m grpo_marl.train env=cartpole algo=ALGO KEY=BAD`` refuses with: the same
+    :func:`grpo_marl.train.run` on the same composed config, in-process (the table is long)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf, open_dict
+
+    from grpo_marl.errors import UserInputError
+    from grpo_marl.train import run
+
+    override = f"{key}={bad}"
+    value = OverridesParser.create().parse_overrides([override])[0].value()
+    cfg = _composed(algo).copy()
+    with open_dict(cfg):
+        OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+    with pytest.raises(UserInputError) as info:  # UserInputError: exit 2 (test_failures checks the mapping)
+        run(cfg, ["env=cartpole", f"algo={algo}", override, "log.progress=false"], run_dir)
+    return str(info.value)
+
+
+def _cli_error(args: list[str], tmp_path: Path, capsys) -> tuple[int, str]:
+    """``python -m grpo_marl.train args`` in-process (the same main); its exit code and stderr."""
+    from grpo_marl.train import main
+
+    with pytest.raises(SystemExit) as info:
+        main([*args, f"hydra.run.dir={tmp_path / 'run'}", "log.progress=false"])
+    return int(info.value.code), capsys.readouterr().err
+
+
+def test_bad_value_table_covers_every_key() -> None:
+    covered = {key for _, key, _ in BAD_VALUES}
+    assert {"algo.group_size", "algo.n_steps", "vec.max_steps", "threads", "policy.activation", "text.top_p"} <= covered
+    assert len(covered) > 90
+
+
+@pytest.mark.parametrize("algo, key, bad", BAD_VALUES, ids=[f"{a}:{k}" for a, k, _ in BAD_VALUES])
+def test_every_key_refuses_a_bad_value(algo: str, key: str, bad: str, tmp_path: Path) -> None:
+    message = _input_error(algo, key, bad, tmp_path / "run")
+    assert f"{key}=" in message, message
+    assert not (tmp_path / "run").exists()  # nothing built or written
+
+
+@pytest.mark.parametrize("key, bad", [("vec.max_steps", "0"), ("threads", "-3"), ("policy.activation", "swish")])
+def test_bad_value_exits_2_through_the_cli(key: str, bad: str, tmp_path: Path, capsys) -> None:
+    code, err = _cli_error(["env=cartpole", f"{key}={bad}"], tmp_path, capsys)
+    assert code == 2 and f"{key}={bad}" in err and "Traceback" not in err, err
+    assert not (tmp_path / "run" / "config.yaml").exists()
+
+
+CROSS_KEY = [
+    (["env=cartpole", "algo=mappo"], "algo=mappo trains multi-agent PettingZoo envs only"),
+    (["env=cartpole", "algo=ippo"], "use algo=grpo or algo=ppo"),
+    (["env=simple_spread", "algo=ppo"], "use algo=grpo or algo=mappo or algo=ippo"),
+    (["env=cartpole", "vec.num_envs=10"], "vec.num_envs=10 does not fit algo.num_groups=4 x algo.group_size=8"),
+    (["env=cartpole", "algo.group_mode=agent"], "algo.group_mode=agent needs a multi-agent env"),
+    (["env=cartpole", "algo.rollout=stream", "vec.vectorization=async"], "use vec.vectorization=sync"),
+    (["env=cartpole", "train.stop_on_threshold=true", "eval.every_steps=0"], "set eval.every_steps="),
+    (["env=tests.custom_envs:bandit", "train.stop_on_threshold=true", "eval.every_steps=100"], "set train.threshold="),
+    (["env=cartpole", "algo.grup_size=8"], "unknown key algo.grup_size (did you mean algo.group_size?)"),
+    (["env=cartpole", "+algo.grup_size=8"], "unknown key algo.grup_size (did you mean algo.group_size?)"),
+    (["env=cartpole", "env_kwargs.foo=1"], "add env_kwargs.foo with a +, e.g. +env_kwargs.foo=1"),
+    (["env=cartpole", "algo=ppx"], "algo=ppx is not a config option; choose one of grpo, ippo, mappo, ppo"),
+]
+
+
+@pytest.mark.parametrize("args, expected", CROSS_KEY, ids=[" ".join(a[1:]) for a, _ in CROSS_KEY])
+def test_cross_key_rules(args: list[str], expected: str, tmp_path: Path, capsys) -> None:
+    code, err = _cli_error(args, tmp_path, capsys)
+    assert code == 2 and expected in err, err
+
+
+def test_every_key_named_in_an_error_message_exists(tmp_path: Path, capsys) -> None:
+    """Messages tell users which key to set: that key must exist (no ``env.max_steps``)."""
+    messages = [_input_error(algo, key, bad, tmp_path / "run") for algo, key, bad in BAD_VALUES]
+    for args, _ in CROSS_KEY:
+        messages.append(_cli_error(args, tmp_path, capsys)[1])
+    named = set().union(*(_named_keys(m) for m in messages)) - {"algo.grup_size", "env_kwargs.foo"}
+    assert {"vec.num_envs", "algo.num_groups", "vec.vectorization", "eval.every_steps"} <= named
+    assert not [k for k in named if not _exists(k)], messages
+
+
+def test_every_key_named_in_the_source_exists() -> None:
+    """The same for every string literal in the package that tells users to set a key."""
+    import ast
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    sections = "algo|vec|policy|eval|train|log|checkpoint|marl|model|text|distributed|env"
+    dotted = rf"((?:{sections})\.[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)"
+    patterns = [re.compile(rf"(?<![\w.]){dotted}="), re.compile(rf"\b(?:set|use|pass|lower|raise|leave) {dotted}")]
+    found: dict[str, str] = {}
+    for path in sorted([*root.glob("grpo_marl/**/*.py"), *root.glob("envs/**/*.py")]):
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+            and n.body
+            and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                text = node.value
+            elif isinstance(node, ast.JoinedStr):
+                text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+            else:
+                continue
+            for pattern in patterns:
+                for match in pattern.finditer(text):
+                    found.setdefault(match.group(1), f"{path.relative_to(root)}:{node.lineno}")
+    assert len(found) > 20
+    wrong = {key: where for key, where in found.items() if not _exists(key)}
+    assert not wrong, f"messages name keys that do not exist: {wrong}"
