@@ -9,15 +9,8 @@ import numpy as np
 import pytest
 from pettingzoo.test import parallel_api_test
 
-from grpo_marl.marl.envs import (
-    MARL_ENVS,
-    MPE2_MODULES,
-    MPEParallelEnv,
-    make_parallel_env,
-    marl_env_names,
-    restore_env,
-    snapshot_env,
-)
+from grpo_marl.marl.envs import MARL_ENVS, MPE2_MODULES, MPEParallelEnv, make_parallel_env, marl_env_names
+from grpo_marl.vec.snapshot import restore_env, snapshot_env
 
 SHIPPED = ["simple_spread", "simple_speaker_listener", "pursuit"]
 
@@ -141,13 +134,20 @@ def test_snapshot_restore_reproduces_next_steps(name: str) -> None:
                 np.testing.assert_array_equal(o1[a], o2[a])
 
 
-def test_deepcopy_of_mpe2_env_loses_state() -> None:
-    """The trap the explicit snapshot exists for (DESIGN.md section 1)."""
-    env = make_parallel_env("simple_spread", fast=False)
+@pytest.mark.parametrize("fast", [True, False])
+def test_deepcopy_of_mpe2_env_loses_state(fast: bool) -> None:
+    """The trap the explicit snapshot exists for: ``copy.deepcopy`` of an mpe2 env (EzPickle)
+    rebuilds a fresh env from its constructor arguments, so the clone is back at step 0 in another
+    world; :func:`snapshot_env` keeps the step counter and the world."""
+    env = make_parallel_env("simple_spread", fast=fast)
     env.reset(seed=1)
     for _ in range(3):
         env.step({a: 2 for a in env.agents})
+    pos = env.unwrapped.world.agents[0].state.p_pos.copy()
     clone = copy.deepcopy(env)
-    assert clone.agents != env.agents or not np.array_equal(
-        clone.unwrapped.world.agents[0].state.p_pos, env.unwrapped.world.agents[0].state.p_pos
-    )
+    assert env.unwrapped.steps == 3
+    assert clone.unwrapped.steps == 0
+    assert not np.array_equal(clone.unwrapped.world.agents[0].state.p_pos, pos)
+    restored = restore_env(make_parallel_env("simple_spread", fast=fast), snapshot_env(env))
+    assert restored.unwrapped.steps == 3
+    np.testing.assert_array_equal(restored.unwrapped.world.agents[0].state.p_pos, pos)

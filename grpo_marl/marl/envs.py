@@ -1,4 +1,4 @@
-"""Construction of PettingZoo Parallel envs under short names, plus explicit snapshot/restore.
+"""Construction of PettingZoo Parallel envs under short names, and the direct mpe2 driver.
 
 Two sources:
 
@@ -14,16 +14,15 @@ Two sources:
   turn-based games, since those are not parallelizable).
 
 Snapshots: ``copy.deepcopy`` of these envs does **not** copy their state — ``EzPickle`` rebuilds a
-fresh env from the constructor arguments. :func:`snapshot_env` therefore copies mpe2's world, step
-counter and RNG explicitly, and for other envs pickles the object graph with ``EzPickle`` bypassed.
+fresh env from the constructor arguments. :class:`MPEParallelEnv` therefore snapshots mpe2's world,
+step counter and RNG itself; :func:`grpo_marl.vec.snapshot.snapshot_env` (the one snapshot entry
+point for every env kind) asks it to, and pickles other PettingZoo envs with ``EzPickle`` bypassed.
 """
 
 from __future__ import annotations
 
 import copy
 import importlib
-import io
-import pickle
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -360,57 +359,3 @@ class MPEParallelEnv(_parallel_env_base()):  # type: ignore[misc]
         raw.truncations = {a: False for a in raw.agents}
         raw.infos = {a: {} for a in raw.agents}
         raw.current_actions = [None] * len(raw.agents)
-
-
-# --------------------------------------------------------------------------------------------
-# generic snapshots
-# --------------------------------------------------------------------------------------------
-
-
-def _rebuild(cls: type, state: dict[str, Any]) -> Any:
-    obj = cls.__new__(cls)
-    obj.__dict__.update(state)
-    return obj
-
-
-class _StatePickler(pickle.Pickler):
-    """Pickles object *state*: EzPickle instances by ``__dict__`` instead of constructor args,
-    and rendering handles (pygame surfaces/fonts/clocks) as ``None``."""
-
-    def reducer_override(self, obj: Any) -> Any:  # noqa: D102
-        mod = type(obj).__module__ or ""
-        if mod.startswith("pygame"):
-            return (type(None), ())
-        from gymnasium.utils import EzPickle
-
-        if isinstance(obj, EzPickle) and hasattr(obj, "__dict__"):
-            return (_rebuild, (type(obj), obj.__dict__))
-        return NotImplemented
-
-
-@dataclass
-class PickledSnapshot:
-    """A whole-env snapshot as bytes; restoring yields a *new* env object."""
-
-    blob: bytes
-    global_np_state: tuple[Any, ...]
-
-
-def snapshot_env(env: Any) -> MPESnapshot | PickledSnapshot:
-    """Snapshot a Parallel env so that :func:`restore_env` reproduces its next steps exactly."""
-    if isinstance(env, MPEParallelEnv):
-        return env.snapshot()
-    buf = io.BytesIO()
-    _StatePickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(env)
-    return PickledSnapshot(blob=buf.getvalue(), global_np_state=np.random.get_state())
-
-
-def restore_env(env: Any, snap: MPESnapshot | PickledSnapshot) -> Any:
-    """Restore a snapshot; returns the env to keep using (a new object for pickled snapshots)."""
-    if isinstance(snap, MPESnapshot):
-        if not isinstance(env, MPEParallelEnv):
-            raise TypeError("an MPESnapshot can only be restored into an MPEParallelEnv")
-        env.restore(snap)
-        return env
-    np.random.set_state(snap.global_np_state)
-    return pickle.loads(snap.blob)
