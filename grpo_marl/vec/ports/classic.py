@@ -170,17 +170,26 @@ class _ClassicVec(VecEnv):
         done = self._done
         if done.all():
             return self.observations()
-        a = self._decode(actions, done)
+        some_done = bool(done.any())
+        a = self._decode(actions, done if some_done else None)
         s, obs, rew, term = self._advance(self._s, a, self._fresh)
-        live = ~done
-        steps = self._steps + live
-        term = term & live
-        trunc = (steps >= self.max_episode_steps) & live
-        rewards = np.where(live, rew, 0.0).astype(np.float32)
-        self._s = np.where(live[:, None], s, self._s)
-        self._obs[live, 0] = obs[live]
+        steps = self._steps + 1
+        trunc = steps >= self.max_episode_steps
+        rewards = rew.astype(np.float32)
+        if some_done:  # done envs do not move: their rows keep the final step's values
+            live = ~done
+            steps[done] -= 1
+            term = term & live
+            trunc = trunc & live
+            rewards[done] = 0.0
+            s[done] = self._s[done]
+            obs[done] = self._obs[done, 0]
+            self._fresh &= done
+        else:
+            self._fresh[:] = False
+        self._s = s
+        self._obs[:, 0] = obs
         self._steps = steps
-        self._fresh &= done
         self._done = done | term | trunc
         return Step(
             obs=self._obs.copy(),
@@ -192,14 +201,16 @@ class _ClassicVec(VecEnv):
             state=np.zeros((E, 0), np.float32) if self.with_state else None,
         )
 
-    def _decode(self, actions: np.ndarray, done: np.ndarray) -> np.ndarray:
-        """int64[E] (discrete) or float32[E, k] (Box) actions; rows of done envs are zeroed."""
+    def _decode(self, actions: np.ndarray, done: np.ndarray | None) -> np.ndarray:
+        """int64[E] (discrete) or float32[E, k] (Box) actions; rows of ``done`` envs are zeroed."""
         E = self.num_envs
         a = np.asarray(actions)
         if self._discrete:
             if a.shape not in ((E, 1), (E,)):
                 raise UserInputError(f"{self.name}: discrete actions must have shape [E, 1] = {(E, 1)}, got {a.shape}")
-            a = np.where(done, 0, a.reshape(E).astype(np.int64, copy=False))
+            a = a.reshape(E).astype(np.int64, copy=False)
+            if done is not None:
+                a = np.where(done, 0, a)
             bad = (a < 0) | (a >= self._n_actions)
             if bad.any():
                 e = int(np.flatnonzero(bad)[0])
@@ -211,7 +222,7 @@ class _ClassicVec(VecEnv):
         if a.ndim != 3 or a.shape[:2] != (E, 1):
             raise UserInputError(f"{self.name}: continuous actions must have shape [E, 1, k], got {a.shape}")
         a = a[:, 0].astype(np.float32, copy=False)  # what the Gymnasium driver hands the env
-        return np.where(done[:, None], np.float32(0), a)
+        return a if done is None else np.where(done[:, None], np.float32(0), a)
 
     def observations(self, indices: Sequence[int] | None = None) -> Step:
         """The current record of envs ``indices`` (all when None) without stepping: after
@@ -463,7 +474,12 @@ class MountainCarContinuousVec(_ClassicVec):
     power = 0.0015
 
     def _configure(self, kw: dict[str, Any]) -> None:
-        self.goal_velocity = kw["goal_velocity"]
+        self.goal_velocity = gv = kw["goal_velocity"]
+        # The original's velocity goal test sees a Python float where a clip put one (+-0.07, or
+        # 0 at the left wall) and a float32 otherwise; when both compare with goal_velocity alike
+        # at those values (the default 0 does), the float32 values alone decide.
+        at = np.array([self.max_speed, -self.max_speed, 0.0], np.float32)
+        self._vel_test_f32 = bool(np.array_equal(at >= gv, [self.max_speed >= gv, -self.max_speed >= gv, 0 >= gv]))
 
     def _draw(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         s = np.array([rng.uniform(low=-0.6, high=-0.4), 0])
@@ -478,45 +494,44 @@ class MountainCarContinuousVec(_ClassicVec):
         f_lo, f_hi = act < self.min_action, act > self.max_action
         f_clip = f_lo | f_hi
         fp32 = act * self.power  # float32 * Python float -> float32
-        fp64 = np.where(f_hi, self.max_action * self.power, self.min_action * self.power)
         # 0.0025 * math.cos(3 * position): float64 position when fresh, float32 (3 * p in float32) after
         p64, v64 = s[:, 0], s[:, 1]
         p32, v32 = p64.astype(np.float32), v64.astype(np.float32)
-        c = 0.0025 * np.cos(np.where(fresh, 3 * p64, (3 * p32).astype(np.float64)))
+        any_fresh = bool(fresh.any())
+        x = (3 * p32).astype(np.float64)
+        c = 0.0025 * np.cos(np.where(fresh, 3 * p64, x) if any_fresh else x)
         # force * power - c: float32 (c cast to float32) unless the force is a clipped Python float
-        dv = np.where(f_clip, fp64 - c, (fp32 - c.astype(np.float32)).astype(np.float64))
+        dv32 = fp32 - c.astype(np.float32)
+        dv = dv32.astype(np.float64)
+        if f_clip.any():
+            fp64 = np.where(f_hi, self.max_action * self.power, self.min_action * self.power)
+            dv = np.where(f_clip, fp64 - c, dv)
+            dv32 = dv.astype(np.float32)
 
         # fresh rows (the first step after a reset): float64 throughout
-        any_fresh = bool(fresh.any())
         if any_fresh:
-            vf = v64 + dv
-            vf = np.where(vf > self.max_speed, self.max_speed, vf)
-            vf = np.where(vf < -self.max_speed, -self.max_speed, vf)
-            pf = p64 + vf
-            pf = np.where(pf > self.max_position, self.max_position, pf)
-            pf = np.where(pf < self.min_position, self.min_position, pf)
+            vf = np.clip(v64 + dv, -self.max_speed, self.max_speed)
+            pf = np.clip(p64 + vf, self.min_position, self.max_position)
             vf = np.where((pf == self.min_position) & (vf < 0), 0.0, vf)
             term_f = (pf >= self.goal_position) & (vf >= gv)
 
-        # the other rows: float32 scalars, Python floats cast to float32 on contact
-        vs = v32 + dv.astype(np.float32)
-        v_hi, v_lo = vs > self.max_speed, vs < -self.max_speed
-        vs = np.where(v_hi, np.float32(self.max_speed), np.where(v_lo, np.float32(-self.max_speed), vs))
-        ps = p32 + vs
-        p_hi, p_lo = ps > self.max_position, ps < self.min_position
-        ps = np.where(p_hi, np.float32(self.max_position), np.where(p_lo, np.float32(self.min_position), ps))
-        at_wall = p_lo | (ps == self.min_position)
-        zero = at_wall & (vs < 0)
+        # the other rows: float32 scalars, Python floats cast to float32 on contact (the clips'
+        # bounds 0.6, -1.2 and +-0.07 move and compare as their float32 values)
+        vs_raw = v32 + dv32
+        vs = np.clip(vs_raw, -self.max_speed, self.max_speed)
+        ps = np.clip(p32 + vs, self.min_position, self.max_position)
+        zero = (ps == self.min_position) & (vs < 0)
         vs = np.where(zero, np.float32(0), vs)
-        # the termination test sees the Python floats where a clip put them (for the position,
-        # 0.6 and -1.2 compare with the goal as their float32 values do)
-        pos_ok = ps >= self.goal_position
-        vel_ok = np.where(
-            zero,
-            0 >= gv,
-            np.where(v_hi, self.max_speed >= gv, np.where(v_lo, -self.max_speed >= gv, vs >= gv)),
-        )
-        term_s = pos_ok & vel_ok
+        if self._vel_test_f32:
+            vel_ok = vs >= gv
+        else:
+            v_hi, v_lo = vs_raw > self.max_speed, vs_raw < -self.max_speed
+            vel_ok = np.where(
+                zero,
+                0 >= gv,
+                np.where(v_hi, self.max_speed >= gv, np.where(v_lo, -self.max_speed >= gv, vs >= gv)),
+            )
+        term_s = (ps >= self.goal_position) & vel_ok
 
         terminated, position, velocity = term_s, ps, vs
         if any_fresh:
