@@ -8,13 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_marl.marl.advantages import (
-    agent_group_advantages,
-    arrange_groups,
-    team_reward_fraction,
-)
+from grpo_marl.advantages import agent_group_advantages
+from grpo_marl.groups import AgentGroups, arrange_groups, default_group_name, resolve_group_map, team_reward_fraction
 from grpo_marl.marl.envs import make_parallel_env
-from grpo_marl.marl.groups import AgentGroups, default_group_name, flatten_obs, resolve_group_map
+from grpo_marl.vec import make_vec_env
+from grpo_marl.vec.spaces import flatten_obs
 
 
 def test_default_group_is_name_prefix() -> None:
@@ -55,6 +53,37 @@ def test_groups_from_envs() -> None:
     pursuit = AgentGroups.from_env(make_parallel_env("pursuit"))
     assert pursuit.describe() == {"pursuer": [f"pursuer_{i}" for i in range(4)]}
     assert pursuit.specs["pursuer"].obs_dim == 7 * 7 * 3
+
+
+@pytest.mark.parametrize("env", ["simple_spread", "simple_speaker_listener", "simple_adversary"])
+def test_groups_from_a_vector_env_layout_equal_groups_from_the_env(env: str) -> None:
+    """What the Task builds (from the vector env's layout) is what the env itself describes."""
+    from grpo_marl.registry import get_spec
+
+    vec = make_vec_env(get_spec(env), 2, vectorization="sync")
+    try:
+        from_layout = AgentGroups.from_layout(vec.layout)
+    finally:
+        vec.close()
+    from_env = AgentGroups.from_env(make_parallel_env(env))
+    assert from_layout.describe() == from_env.describe()
+    assert from_layout.specs.keys() == from_env.specs.keys()
+    for g, spec in from_env.specs.items():
+        other = from_layout.specs[g]
+        assert (other.obs_dim, other.n_actions, other.action_shape) == (spec.obs_dim, spec.n_actions, spec.action_shape)
+
+
+def test_one_agent_env_is_one_group() -> None:
+    from grpo_marl.registry import get_spec
+
+    vec = make_vec_env(get_spec("cartpole"), 2, vectorization="sync")
+    try:
+        groups = AgentGroups.from_layout(vec.layout)
+    finally:
+        vec.close()
+    assert groups.describe() == {"agent": ["agent"]} and groups.param_keys() == ["agent"]
+    assert groups.specs["agent"].obs_dim == 4 and groups.specs["agent"].n_actions == 2
+    np.testing.assert_array_equal(arrange_groups("seed", 2, 3, groups), [[0, 1, 2], [3, 4, 5]])
 
 
 def test_flatten_obs_one_hot_and_box() -> None:
