@@ -23,7 +23,7 @@ from torch import nn
 
 from grpo_marl import distributed as dist
 from grpo_marl.algos import get_algo
-from grpo_marl.batch import minibatch_indices
+from grpo_marl.batch import Batch, minibatch_indices
 from grpo_marl.checkpoint import atomic_save, checkpoint_path, load_checkpoint, rng_state, set_rng_state
 from grpo_marl.logging import RunLogger
 from grpo_marl.registry import get_spec
@@ -140,7 +140,7 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self._autocast_dtype)
 
-    def _collect(self) -> Any:
+    def _collect(self) -> Batch:
         """``algo.collect()``; under torchrun, a failure on any rank stops every rank with the
         failing rank's message (instead of the others waiting in the next collective)."""
         error: BaseException | None = None
