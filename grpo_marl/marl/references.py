@@ -1,44 +1,72 @@
 """Reference policies that put learned returns on a scale: uniform random, and for simple_spread
 a scripted greedy landmark assignment.
 
-Both act on the vectorized layout of :mod:`grpo_marl.marl.vector` (``obs[E, A, D]``,
-``alive[E, A]``, ``action_mask[E, A, K]`` -> ``actions[E, A]``) and are evaluated with
-:func:`evaluate_policy`, which reports the *mean per-agent episode return* (the sum of an
-agent's rewards over one episode, averaged over agents and episodes, mpe2's default reward
-scale) — the figure the benchmarks compare against.
+They act through the interface of :class:`~grpo_marl.policies.mlp.ActorPolicy` (``act(obs[E, A, D],
+action_mask, deterministic) -> (actions[E, A], logp[E, A])``, ``to_env``, ``groups``), so they are
+evaluated by the one evaluation loop, :func:`grpo_marl.collectors.evaluate_policy`, on any
+:class:`~grpo_marl.vec.base.VecEnv`. It reports the *mean per-agent episode return* (the sum of an
+agent's rewards over one episode, averaged over agents and episodes, mpe2's default reward scale)
+— the figure the benchmarks compare against.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from typing import Any, Protocol
 
 import numpy as np
+import torch
+from torch import Tensor
 
-from grpo_marl.marl.vector import MarlVecEnv, VecStep
-
-
-class VecPolicy(Protocol):
-    """A policy over the vectorized layout."""
-
-    def __call__(self, step: VecStep) -> np.ndarray: ...
+from grpo_marl.errors import UnsupportedSpaceError
+from grpo_marl.groups import AgentGroups
 
 
-class RandomPolicy:
-    """Uniform over each agent's valid actions (respects env action masks)."""
+class ScriptedPolicy:
+    """Base of the references: a numpy rule ``actions(obs[E, A, D], mask[E, A, K] | None) ->
+    int[E, A]`` behind the actor interface the evaluation loop calls (discrete actions only)."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, groups: AgentGroups) -> None:
+        continuous = [g for g, spec in groups.specs.items() if not spec.discrete]
+        if continuous:
+            raise UnsupportedSpaceError(
+                f"scripted references take discrete actions; groups {continuous} are continuous"
+            )
+        self.groups = groups
+        self.n_actions = np.array([groups.specs[groups.group_of[a]].n_actions for a in groups.agents])
+
+    def actions(self, obs: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def act(self, obs: Tensor, action_mask: Tensor | None = None, deterministic: bool = True) -> tuple[Tensor, Tensor]:
+        mask = None if action_mask is None else action_mask.cpu().numpy()
+        actions = torch.as_tensor(self.actions(obs.cpu().numpy(), mask), dtype=torch.long, device=obs.device)
+        return actions, torch.zeros(actions.shape, device=obs.device)
+
+    def to_env(self, actions: Tensor) -> np.ndarray:
+        return actions.cpu().numpy()
+
+
+class RandomPolicy(ScriptedPolicy):
+    """Uniform over each agent's valid actions (its own action count; env action masks where
+    the env hands them out)."""
+
+    def __init__(self, groups: AgentGroups, seed: int = 0) -> None:
+        super().__init__(groups)
         self.rng = np.random.default_rng(seed)
 
-    def __call__(self, step: VecStep) -> np.ndarray:
-        mask = step.action_mask.astype(np.float64)
-        mask[mask.sum(-1) == 0] = 1.0  # finished agents: any action (ignored by the env)
-        u = self.rng.random(mask.shape) * mask
-        return u.argmax(-1)
+    def actions(self, obs: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        e, a = obs.shape[:2]
+        width = int(self.n_actions.max())
+        valid = np.broadcast_to(np.arange(width) < self.n_actions[:, None], (e, a, width)).copy()
+        if mask is not None:
+            env_mask = mask[..., :width].astype(bool)
+            usable = env_mask.any(-1, keepdims=True)  # finished agents: any action (ignored by the env)
+            valid &= np.where(usable, env_mask, True)
+        return (self.rng.random(valid.shape) * valid).argmax(-1)
 
 
-class GreedyLandmarkPolicy:
+class GreedyLandmarkPolicy(ScriptedPolicy):
     """Scripted simple_spread policy: greedy agent->landmark assignment, then a stopping-point
     controller that moves toward the assigned landmark.
 
@@ -58,10 +86,11 @@ class GreedyLandmarkPolicy:
     # action -> unit force (no-op, -x, +x, -y, +y), mpe2's discrete encoding
     FORCES = np.array([[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1]], dtype=np.float64)
 
-    def __init__(self, n_agents: int, assignment: str = "greedy", lookahead: float = 1.0) -> None:
+    def __init__(self, groups: AgentGroups, assignment: str = "greedy", lookahead: float = 1.0) -> None:
+        super().__init__(groups)
         if assignment not in ("greedy", "optimal"):
             raise ValueError(f"assignment must be 'greedy' or 'optimal', got {assignment!r}")
-        self.n = n_agents
+        self.n = len(groups.agents)
         self.mode = assignment
         self.lookahead = float(lookahead)
 
@@ -70,9 +99,7 @@ class GreedyLandmarkPolicy:
         n = self.n
         pos = obs[..., 2:4]
         lms = pos[..., None, :] + obs[..., 4 : 4 + 2 * n].reshape(*obs.shape[:-1], n, 2)
-        others = pos[..., None, :] + obs[..., 4 + 2 * n : 4 + 2 * n + 2 * (n - 1)].reshape(
-            *obs.shape[:-1], n - 1, 2
-        )
+        others = pos[..., None, :] + obs[..., 4 + 2 * n : 4 + 2 * n + 2 * (n - 1)].reshape(*obs.shape[:-1], n - 1, 2)
         agents = np.empty((*obs.shape[:-1], n, 2))
         for i in range(n):  # viewer i sees others in order with itself removed
             agents[:, i, :i] = others[:, i, :i]
@@ -99,8 +126,8 @@ class GreedyLandmarkPolicy:
                 m[:, lm] = np.inf
         return out.reshape(*lead, n)
 
-    def __call__(self, step: VecStep) -> np.ndarray:
-        obs = step.obs.astype(np.float64)
+    def actions(self, obs: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        obs = obs.astype(np.float64)
         agents, lms = self.positions(obs)
         assign = self.assignment(agents, lms)  # [E, viewer, N]
         e_idx, a_idx = np.meshgrid(np.arange(obs.shape[0]), np.arange(self.n), indexing="ij")
@@ -112,44 +139,3 @@ class GreedyLandmarkPolicy:
         rest = pos[..., None, :] + vel[..., None, :] * self.DT + v_next * self.DT * self.lookahead
         err = np.linalg.norm(rest - target[..., None, :], axis=-1)  # [E, A, 5]
         return err.argmin(-1)
-
-
-def evaluate_policy(
-    vec: MarlVecEnv,
-    policy: Callable[[VecStep], np.ndarray],
-    episodes: int,
-    seed: int = 0,
-    group_of: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """Run ``episodes`` episodes (``seed``, ``seed+1``, ...) and report per-agent returns.
-
-    Returns ``return_mean`` (mean per-agent episode return), ``return_std`` (std over episodes of
-    the per-episode mean over agents), ``per_agent`` and ``per_group`` means, and ``episodes``.
-    """
-    n_env = vec.num_envs
-    totals: list[np.ndarray] = []
-    done_eps = 0
-    while done_eps < episodes:
-        seeds = [seed + done_eps + i for i in range(n_env)]
-        step = vec.reset(seeds)
-        ret = np.zeros((n_env, len(vec.agents)))
-        while not step.env_done.all():
-            step = vec.step(policy(step))
-            ret += step.rewards
-        take = min(n_env, episodes - done_eps)
-        totals.append(ret[:take])
-        done_eps += take
-    returns = np.concatenate(totals)  # [episodes, A]
-    per_agent = {a: float(returns[:, i].mean()) for i, a in enumerate(vec.agents)}
-    out: dict[str, Any] = {
-        "return_mean": float(returns.mean()),
-        "return_std": float(returns.mean(1).std()),
-        "per_agent": per_agent,
-        "episodes": int(returns.shape[0]),
-    }
-    if group_of:
-        groups: dict[str, list[float]] = {}
-        for a, v in per_agent.items():
-            groups.setdefault(group_of[a], []).append(v)
-        out["per_group"] = {g: float(np.mean(v)) for g, v in groups.items()}
-    return out
