@@ -13,6 +13,7 @@ inside the timed loop for both. Steps/s counts env transitions (vector steps x e
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -193,12 +194,14 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--seconds", type=float, default=3.0, help="timing window per measurement")
     p.add_argument("--out", type=Path, default=Path("results/ports_speed.md"))
     a = p.parse_args(argv)
+    load = os.getloadavg()[0]  # a shared machine's load changes absolute rates a lot; ratios less
     rows = [row for fam in a.families for row in FAMILIES[fam](a.num_envs, a.seconds)]
     lines = [
         (
             f"Env steps/s (vector steps x envs), {a.num_envs} envs, uniform random actions, one process "
             f"({platform.machine()}, numpy {np.__version__}); port and reference timed back to back in the "
-            "same run (`python -m benchmarks.ports_speed`)."
+            f"same run (`python -m benchmarks.ports_speed`); load average {load:.1f} on {os.cpu_count()} CPUs "
+            "at the start."
         ),
         "",
         "| env | port | port steps/s | reference | reference steps/s | speedup |",
