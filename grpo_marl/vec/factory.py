@@ -89,6 +89,8 @@ def make_vec_env(
     env_kwargs = dict(env_kwargs or {})
     if vectorization not in VECTORIZATIONS:
         raise UserInputError(f"vec.vectorization={vectorization!r}: choose one of {', '.join(VECTORIZATIONS)}")
+    if num_envs < 1:
+        raise UserInputError(f"env {spec.name!r}: a vector env needs num_envs >= 1, got {num_envs}")
     if spec.kind not in ("gymnasium", "pettingzoo"):
         raise UserInputError(f"env {spec.name!r} of kind {spec.kind!r} has no vector env")
     target, port_kwargs = _port_target(spec, env_kwargs)
