@@ -6,6 +6,11 @@ log-std. Parameters are shared within an agent-group (``marl.share=group``) or h
 (``share=agent``); each parameter set reads only its own observation prefix (plus an optional
 agent-id one-hot), so padded heterogeneous agents (speaker/listener) never see each other's padding.
 
+Image observations (``uint8[H, W, C]``, see :mod:`grpo_marl.vec.base`) go through an encoder
+first (``policy.encoder``: ``cnn`` = the Nature-CNN of :mod:`grpo_marl.policies.cnn`, one per
+parameter set; ``mlp`` = flattened and scaled to [0, 1]); the head MLP sits on its features. The
+vector path is unchanged (one flag check per call).
+
 Sampling is written out by hand (Gumbel-max for categorical, reparameterised normal for Gaussian)
 instead of building ``torch.distributions`` objects, because the collector calls ``act`` once per
 vector step and distribution construction would dominate the hot loop on small networks.
@@ -87,8 +92,12 @@ class Actor(nn.Module):
         hidden: Sequence[int],
         activation: str,
         log_std_init: float,
+        encoder: nn.Module | None = None,
     ) -> None:
         super().__init__()
+        # image encoder (applied by ActorPolicy.preprocess, before the agent-id one-hot); in_dim
+        # is then its feature size plus the one-hot
+        self.encoder = encoder
         if n_actions > 0:
             self.kind = "categorical"
             self.out_dim = n_actions
@@ -117,6 +126,23 @@ class Actor(nn.Module):
     def gaussian_entropy(self, shape: torch.Size) -> Tensor:
         assert self.log_std is not None
         return (0.5 + 0.5 * _LOG_2PI + self.log_std).sum().expand(shape)
+
+    def sample(self, out: Tensor, mask: Tensor | None, deterministic: bool) -> tuple[Tensor, Tensor]:
+        """Action and its log-prob from the head's output (logits or means)."""
+        if self.kind == "categorical":
+            return _sample_categorical(_masked_logits(out, mask), deterministic)
+        assert self.log_std is not None
+        action = out if deterministic else out + self.log_std.exp() * torch.randn_like(out)
+        return action, self.gaussian_logp(out, action)
+
+    def score(self, out: Tensor, actions: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Differentiable ``(log_prob, entropy)`` of given actions under the head's output."""
+        if self.kind == "categorical":
+            logp_all = torch.log_softmax(_masked_logits(out, mask), -1)
+            logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            return logp, -(logp_all.exp() * logp_all).sum(-1)
+        logp = self.gaussian_logp(out, actions[..., : self.out_dim])
+        return logp, self.gaussian_entropy(logp.shape)
 
 
 def _masked_logits(logits: Tensor, mask: Tensor | None) -> Tensor:
@@ -155,9 +181,16 @@ class ActorPolicy(nn.Module):
         activation: str = "tanh",
         log_std_init: float = 0.0,
         normalize_obs: bool = False,
+        obs_shape: Sequence[int] | None = None,
+        encoder: str = "mlp",
     ) -> None:
         super().__init__()
         self.groups = groups
+        # image observations: obs_shape (H, W, C) of the uint8 arrays; encoder "cnn" or "mlp"
+        self._image = obs_shape is not None and len(obs_shape) == 3
+        self._cnn = self._image and encoder == "cnn"
+        if self._image and normalize_obs:
+            raise UserInputError("policy.normalize_obs is for vector observations; image observations are scaled to [0, 1]")
         self.agents = list(groups.agents)
         self.n_agents = len(self.agents)
         self.keys = groups.param_keys()
@@ -170,14 +203,21 @@ class ActorPolicy(nn.Module):
             members = [a for a in self.agents if groups.param_key(a) == key]
             spec = groups.specs[groups.group_of[members[0]]]
             extra = spec.size if groups.agent_id else 0
+            enc = None
+            if self._cnn:
+                from grpo_marl.policies.cnn import NatureCNN
+
+                assert obs_shape is not None
+                enc = NatureCNN(obs_shape)
             self.actors[key] = Actor(
-                spec.obs_dim + extra,
+                (enc.features_dim if enc is not None else spec.obs_dim) + extra,
                 spec.n_actions,
                 spec.action_low,
                 spec.action_high,
                 hidden,
                 activation,
                 log_std_init,
+                encoder=enc,
             )
             if normalize_obs:
                 self.norms[key] = RunningNorm((spec.obs_dim,))
@@ -206,14 +246,23 @@ class ActorPolicy(nn.Module):
     def preprocess(self, key: str, obs: Tensor, agent: Tensor | None = None) -> Tensor:
         """Input of parameter set ``key``: its observation prefix (normalised when asked), plus
         the agent-id one-hot when ``marl.agent_id``."""
-        x = obs[..., : self._obs_dim[key]].float()
-        if key in self.norms:
-            x = self.norms[key](x)
+        if self._image:
+            x = self._image_features(key, obs)
+        else:
+            x = obs[..., : self._obs_dim[key]].float()
+            if key in self.norms:
+                x = self.norms[key](x)
         if self.groups.agent_id:
             assert agent is not None
             slot = self.slot_in_group[agent]
             x = torch.cat([x, nn.functional.one_hot(slot, self._group_size[key]).to(x.dtype)], -1)
         return x
+
+    def _image_features(self, key: str, obs: Tensor) -> Tensor:
+        """``uint8[..., H, W, C]`` -> features: the parameter set's CNN, or flattened / 255."""
+        if self._cnn:
+            return self.actors[key].encoder(obs)
+        return obs.reshape(*obs.shape[:-3], -1).float() / 255.0
 
     @torch.no_grad()
     def update_obs_stats(self, obs: Tensor, agent: Tensor) -> None:
@@ -232,13 +281,7 @@ class ActorPolicy(nn.Module):
         """``obs[E, A, D]`` -> actions ``[E, A]`` (discrete) or ``[E, A, k]`` (Box), log-probs ``[E, A]``."""
         if self._single:
             key = self.keys[0]
-            actor = self.actors[key]
-            out = actor(self.preprocess(key, obs))
-            if actor.kind == "categorical":
-                return _sample_categorical(_masked_logits(out, action_mask), deterministic)
-            assert actor.log_std is not None
-            action = out if deterministic else out + actor.log_std.exp() * torch.randn_like(out)
-            return action, actor.gaussian_logp(out, action)
+            return self.actors[key].sample(self.actors[key](self.preprocess(key, obs)), action_mask, deterministic)
         e = obs.shape[0]
         agent = torch.arange(self.n_agents, device=obs.device).repeat(e)
         flat_mask = None if action_mask is None else action_mask.reshape(e * self.n_agents, -1)
@@ -255,15 +298,11 @@ class ActorPolicy(nn.Module):
             if rows.numel() == 0:
                 continue
             actor = self.actors[key]
-            out = actor(self.preprocess(key, obs[rows], agent[rows]))
+            mask = None if action_mask is None else action_mask[rows]
+            act, lp = actor.sample(actor(self.preprocess(key, obs[rows], agent[rows])), mask, deterministic)
             if actor.kind == "categorical":
-                mask = None if action_mask is None else action_mask[rows]
-                act, lp = _sample_categorical(_masked_logits(out, mask), deterministic)
                 actions[rows] = act
             else:
-                assert actor.log_std is not None
-                act = out if deterministic else out + actor.log_std.exp() * torch.randn_like(out)
-                lp = actor.gaussian_logp(out, act)
                 actions[rows, : act.shape[-1]] = act
             logp[rows] = lp
         return actions, logp
@@ -274,14 +313,7 @@ class ActorPolicy(nn.Module):
         """Differentiable ``(log_prob, entropy)`` of flat rows (``obs[M, D]``, ``agent[M]``)."""
         if self._single:
             key = self.keys[0]
-            actor = self.actors[key]
-            out = actor(self.preprocess(key, obs))
-            if actor.kind == "categorical":
-                logp_all = torch.log_softmax(_masked_logits(out, action_mask), -1)
-                logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-                return logp, -(logp_all.exp() * logp_all).sum(-1)
-            logp = actor.gaussian_logp(out, actions[..., : actor.out_dim])
-            return logp, actor.gaussian_entropy(logp.shape)
+            return self.actors[key].score(self.actors[key](self.preprocess(key, obs)), actions, action_mask)
         m = obs.shape[0]
         logp = obs.new_zeros(m, dtype=torch.float32)
         ent = obs.new_zeros(m, dtype=torch.float32)
@@ -291,15 +323,8 @@ class ActorPolicy(nn.Module):
             if rows.numel() == 0:
                 continue
             actor = self.actors[key]
-            out = actor(self.preprocess(key, obs[rows], agent[rows]))
-            if actor.kind == "categorical":
-                mask = None if action_mask is None else action_mask[rows]
-                logp_all = torch.log_softmax(_masked_logits(out, mask), -1)
-                lp = logp_all.gather(-1, actions[rows].long().unsqueeze(-1)).squeeze(-1)
-                e = -(logp_all.exp() * logp_all).sum(-1)
-            else:
-                lp = actor.gaussian_logp(out, actions[rows, : actor.out_dim])
-                e = actor.gaussian_entropy(lp.shape)
+            mask = None if action_mask is None else action_mask[rows]
+            lp, e = actor.score(actor(self.preprocess(key, obs[rows], agent[rows])), actions[rows], mask)
             logp = logp.index_put((rows,), lp)
             ent = ent.index_put((rows,), e)
         return logp, ent
@@ -328,7 +353,9 @@ class Critic(nn.Module):
     centralized critic) also the global ``env.state()`` and a one-hot of the agent's index, so one
     shared critic can still value agents differently; with ``time_input`` the elapsed fraction
     of the episode (a fixed-horizon task's value depends on the steps left, which observations
-    may not show).
+    may not show). Image observations go through the actor's encoder (shared, as SB3's
+    ``share_features_extractor``); an image env's state is already downsampled and flat
+    (see :mod:`grpo_marl.policies.cnn`).
     """
 
     def __init__(
