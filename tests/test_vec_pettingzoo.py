@@ -1,19 +1,25 @@
-"""The multi-process lock-step vector env: layout, seeding, workers == in-process, masking of
-agents that leave, action masks, snapshots moved between workers, and the reference policies."""
+"""PettingZoo envs under the one vector-env contract: layout and padding, seeding, agents that
+leave, action masks, workers == in-process, snapshots moved between workers, and the reference
+policies through the one evaluation loop."""
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
+import torch
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 from pettingzoo.test import parallel_api_test
 
-from grpo_marl.marl.envs import make_parallel_env
-from grpo_marl.marl.references import GreedyLandmarkPolicy, RandomPolicy, evaluate_policy
-from grpo_marl.marl.vector import MarlVecEnv
+from grpo_marl.collectors import evaluate_policy
+from grpo_marl.errors import UserInputError
+from grpo_marl.groups import AgentGroups
+from grpo_marl.marl.references import GreedyLandmarkPolicy, RandomPolicy
+from grpo_marl.registry import get_spec
+from grpo_marl.vec import VecEnv, make_vec_env
+from grpo_marl.vec.drivers import PettingZooDriver
+from grpo_marl.vec.local import LocalVec
+from grpo_marl.vec.workers import WorkerVec
 
 
 class ToyLeaveEnv(ParallelEnv):
@@ -57,27 +63,41 @@ class ToyLeaveEnv(ParallelEnv):
         return obs, rew, term, trunc, {a: {} for a in live}
 
 
+def toy_vec(num_envs: int, num_workers: int = 0, with_state: bool = False) -> VecEnv:
+    def factory(n: int, offset: int) -> PettingZooDriver:
+        return PettingZooDriver(ToyLeaveEnv, n, name="toy_leave", offset=offset, with_state=with_state)
+
+    if num_workers:
+        return WorkerVec(factory, num_envs, num_workers, name="toy_leave")
+    return LocalVec(factory(num_envs, 0))
+
+
 def test_toy_env_is_api_compliant() -> None:
     parallel_api_test(ToyLeaveEnv(), num_cycles=10)
 
 
 def test_layout_pads_heterogeneous_agents() -> None:
-    vec = MarlVecEnv(functools.partial(make_parallel_env, "simple_speaker_listener"), 4)
-    step = vec.reset([0, 0, 1, 1], with_state=True)
+    vec = make_vec_env(get_spec("simple_speaker_listener"), 4, vectorization="sync", with_state=True)
+    step = vec.reset([0, 0, 1, 1])
+    lay = vec.layout
     assert vec.agents == ("speaker_0", "listener_0")
-    assert step.obs.shape == (4, 2, 11) and step.action_mask.shape == (4, 2, 5)
-    assert np.all(step.obs[:, 0, 3:] == 0)  # speaker obs is 3 long
-    assert step.action_mask[0, 0].tolist() == [True, True, True, False, False]
+    assert lay.obs_dims == (3, 11) and lay.n_actions == (3, 5) and lay.state_dim == 14
+    assert step.obs.shape == (4, 2, 11) and step.obs.dtype == np.float32
+    assert np.all(step.obs[:, 0, 3:] == 0)  # speaker obs is 3 long, the rest is padding
+    assert step.action_mask is None  # mpe2 hands out no masks: each actor samples its own actions
     np.testing.assert_array_equal(step.obs[0], step.obs[1])  # equal seeds, equal states
     assert not np.array_equal(step.obs[0], step.obs[2])
     assert step.state is not None and step.state.shape == (4, 14)
+    np.testing.assert_array_equal(step.state[0], step.state[1])
     vec.close()
 
 
-def test_agents_leaving_and_action_masks() -> None:
-    vec = MarlVecEnv(ToyLeaveEnv, 2)
-    step = vec.reset([None, None])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_agents_leaving_and_action_masks(num_workers: int) -> None:
+    vec = toy_vec(2, num_workers)
+    step = vec.reset([0, 0])
     assert step.alive.all()
+    assert step.action_mask is not None
     assert step.action_mask[:, 0].tolist() == [[False, True, True]] * 2
     alive, rewards = [step.alive.copy()], []
     while not step.env_done.all():
@@ -87,15 +107,30 @@ def test_agents_leaving_and_action_masks() -> None:
     # quitter alive for steps 0,1 only; stayer for 0..3; after the last step nobody
     assert [a[0].tolist() for a in alive] == [[True, True], [True, True], [True, False], [True, False], [False, False]]
     assert [r[0].tolist() for r in rewards] == [[2, 2], [2, 2], [2, 0], [2, 0]]
-    # a finished env idles: stepping again changes nothing
+    # the quitter's final observation stays in its row (for truncation bootstrapping)
+    assert step.obs[0, 1].tolist() == [2.0, len("quitter_0")]
+    # a finished env is frozen until it is reset: stepping again changes nothing
     idle = vec.step(np.full((2, 2), 1))
-    assert not idle.alive.any() and not idle.rewards.any()
+    assert not idle.alive.any() and not idle.rewards.any() and idle.env_done.all()
+    np.testing.assert_array_equal(idle.obs, step.obs)
+    # a reset of a subset brings back only those envs
+    back = vec.reset([5], indices=[1])
+    assert back.obs.shape[0] == 1 and back.alive.all()
+    after = vec.step(np.full((2, 2), 1))
+    assert after.env_done.tolist() == [True, False] and after.rewards[1].tolist() == [1, 1]
     vec.close()
 
 
+def test_centralized_state_is_refused_for_an_env_without_one() -> None:
+    with pytest.raises(UserInputError, match="algo=ippo"):
+        toy_vec(2, with_state=True)
+
+
 def test_workers_match_in_process_and_move_snapshots() -> None:
-    fn = functools.partial(make_parallel_env, "simple_spread")
-    local, remote = MarlVecEnv(fn, 4), MarlVecEnv(fn, 4, num_workers=2)
+    spec = get_spec("simple_spread")
+    local = make_vec_env(spec, 4, vectorization="sync", with_state=True)
+    remote = make_vec_env(spec, 4, vectorization="async", with_state=True, num_workers=2)
+    assert isinstance(local, LocalVec) and isinstance(remote, WorkerVec) and len(remote._procs) == 2
     rng = np.random.default_rng(0)
     s1, s2 = local.reset([0, 1, 2, 3]), remote.reset([0, 1, 2, 3])
     np.testing.assert_array_equal(s1.obs, s2.obs)
@@ -104,13 +139,15 @@ def test_workers_match_in_process_and_move_snapshots() -> None:
         s1, s2 = local.step(act), remote.step(act)
         np.testing.assert_array_equal(s1.obs, s2.obs)
         np.testing.assert_array_equal(s1.rewards, s2.rewards)
+        np.testing.assert_array_equal(s1.state, s2.state)
     # branch env 0 (worker 0) into env 3 (worker 1): both then follow the same trajectory
-    remote.set_snapshots([3], remote.get_snapshots([0]))
+    remote.restore([3], remote.snapshot([0]))
     act = rng.integers(0, 5, (4, 3))
     act[3] = act[0]
     s2 = remote.step(act)
+    assert s2.state is not None
     np.testing.assert_array_equal(s2.obs[0], s2.obs[3])
-    np.testing.assert_array_equal(remote.state()[0], remote.state()[3])
+    np.testing.assert_array_equal(s2.state[0], s2.state[3])
     while not s2.env_done.all():
         s2 = remote.step(rng.integers(0, 5, (4, 3)))
     assert s2.truncated.all()
@@ -119,28 +156,42 @@ def test_workers_match_in_process_and_move_snapshots() -> None:
 
 
 def test_reference_policies_order() -> None:
-    vec = MarlVecEnv(functools.partial(make_parallel_env, "simple_spread"), 20)
-    rnd = evaluate_policy(vec, RandomPolicy(0), 40, seed=100, group_of={a: "agent" for a in vec.agents})
-    greedy = evaluate_policy(vec, GreedyLandmarkPolicy(3), 40, seed=100)
-    optimal = evaluate_policy(vec, GreedyLandmarkPolicy(3, assignment="optimal"), 40, seed=100)
-    assert rnd["episodes"] == 40 and set(rnd["per_group"]) == {"agent"}
-    assert rnd["return_mean"] < -18  # about -26 on 1,000 episodes
-    assert -12 < greedy["return_mean"] < -7  # about -8.8 on 1,000 episodes
-    assert optimal["return_mean"] > greedy["return_mean"] - 0.5
+    vec = make_vec_env(get_spec("simple_spread"), 40)
+    groups = AgentGroups.from_layout(vec.layout)
+    seeds = list(range(100, 140))
+    rnd = evaluate_policy(RandomPolicy(groups, 0), vec, seeds)
+    greedy = evaluate_policy(GreedyLandmarkPolicy(groups), vec, seeds)
+    optimal = evaluate_policy(GreedyLandmarkPolicy(groups, assignment="optimal"), vec, seeds)
+    assert rnd["eval/episodes"] == 40
+    assert set(rnd) >= {"eval/return_mean/agent", "eval/agent_return/agent_0", "eval/return_std"}
+    assert rnd["eval/return_mean"] < -18  # about -26 on 1,000 episodes
+    assert -12 < greedy["eval/return_mean"] < -7  # about -8.8 on 1,000 episodes
+    assert optimal["eval/return_mean"] > greedy["eval/return_mean"] - 0.5
     vec.close()
 
 
-def test_random_policy_respects_masks() -> None:
-    vec = MarlVecEnv(ToyLeaveEnv, 3)
-    step = vec.reset([None] * 3)
-    acts = np.stack([RandomPolicy(i)(step) for i in range(30)])
-    assert not np.any(acts[:, :, 0] == 0)  # stayer's action 0 is masked
+def test_random_policy_respects_masks_and_action_counts() -> None:
+    vec = toy_vec(3)
+    step = vec.reset([0, 1, 2])
+    groups = AgentGroups.from_layout(vec.layout)
+    mask = torch.as_tensor(step.action_mask)
+    acts = torch.stack([RandomPolicy(groups, i).act(torch.as_tensor(step.obs), mask)[0] for i in range(30)])
+    assert not torch.any(acts[:, :, 0] == 0)  # stayer's action 0 is masked
+    assert set(acts[:, :, 1].unique().tolist()) == {0, 1, 2}
+    vec.close()
+    spec = get_spec("simple_speaker_listener")
+    vec = make_vec_env(spec, 50, vectorization="sync")
+    step = vec.reset(list(range(50)))
+    pol = RandomPolicy(AgentGroups.from_layout(vec.layout), 0)
+    acts, _ = pol.act(torch.as_tensor(step.obs))
+    assert int(acts[:, 0].max()) == 2 and int(acts[:, 1].max()) == 4  # speaker 3 actions, listener 5
     vec.close()
 
 
 def test_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="num_envs"):
-        MarlVecEnv(ToyLeaveEnv, 0)
-    vec = MarlVecEnv(ToyLeaveEnv, 2)
+    with pytest.raises(UserInputError, match="num_envs"):
+        make_vec_env(get_spec("simple_spread"), 0, vectorization="sync")
+    vec = toy_vec(2)
     with pytest.raises(ValueError, match="seeds"):
         vec.reset([0])
+    vec.close()
