@@ -1,5 +1,6 @@
-"""Per-group actors and critics: log-probs consistent with sampling (ratio 1 at the start of an
-update), masks honoured, heterogeneous inputs kept apart, IPPO/MAPPO critics and value norm."""
+"""Per-agent-group actors and critics: log-probs consistent with sampling (ratio 1 at the start of
+an update), masks honoured, heterogeneous inputs kept apart, parameter sharing per group or per
+agent, IPPO/MAPPO critic options of the one PPO, and value normalisation."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from grpo_marl.algos.ppo import ValueNorm
+from grpo_marl.groups import AgentGroups
 from grpo_marl.marl.envs import make_parallel_env
-from grpo_marl.marl.groups import AgentGroups
-from grpo_marl.marl.policy import MultiAgentCritic, MultiAgentPolicy
-from grpo_marl.marl.ppo import ValueNorm
+from grpo_marl.policies.mlp import ActorPolicy, Critic
 
 
 @pytest.mark.parametrize(
@@ -20,7 +21,7 @@ from grpo_marl.marl.ppo import ValueNorm
 def test_act_and_log_prob_agree(env: str, share: str, agent_id: bool) -> None:
     groups = AgentGroups.from_env(make_parallel_env(env), share=share, agent_id=agent_id)
     torch.manual_seed(0)
-    pol = MultiAgentPolicy(groups)
+    pol = ActorPolicy(groups)
     assert set(pol.actors) == set(groups.param_keys())
     n_agents = len(groups.agents)
     obs = torch.randn(5, n_agents, max(s.obs_dim for s in groups.specs.values()))
@@ -38,7 +39,7 @@ def test_act_and_log_prob_agree(env: str, share: str, agent_id: bool) -> None:
 
 def test_padding_does_not_leak_between_groups() -> None:
     groups = AgentGroups.from_env(make_parallel_env("simple_speaker_listener"))
-    pol = MultiAgentPolicy(groups)
+    pol = ActorPolicy(groups)
     obs = torch.randn(4, 2, 11)
     a1, l1 = pol.act(obs, deterministic=True)
     obs2 = obs.clone()
@@ -50,7 +51,7 @@ def test_padding_does_not_leak_between_groups() -> None:
 
 def test_action_masks_are_respected() -> None:
     groups = AgentGroups.from_env(make_parallel_env("simple_spread"))
-    pol = MultiAgentPolicy(groups)
+    pol = ActorPolicy(groups)
     obs = torch.randn(200, 3, 18)
     mask = torch.zeros(200, 3, 5, dtype=torch.bool)
     mask[..., 2] = True
@@ -62,18 +63,45 @@ def test_action_masks_are_respected() -> None:
     assert float(lp.detach().exp().max()) <= 1.0
 
 
+def test_parameter_sets_follow_sharing() -> None:
+    """share=group: one actor for the three spread agents (identical outputs for identical inputs);
+    share=agent: one per agent; agent_id: shared parameters still tell the agents apart."""
+    obs = torch.randn(1, 1, 18).expand(4, 3, 18)
+    shared = ActorPolicy(AgentGroups.from_env(make_parallel_env("simple_spread")))
+    _, lp = shared.act(obs, deterministic=True)
+    assert list(shared.actors) == ["agent"] and torch.allclose(lp, lp[:, :1].expand_as(lp))
+    torch.manual_seed(0)
+    per_agent = ActorPolicy(AgentGroups.from_env(make_parallel_env("simple_spread"), share="agent"), hidden=(8,))
+    assert list(per_agent.actors) == ["agent_0", "agent_1", "agent_2"]
+    with torch.no_grad():
+        for k, actor in enumerate(per_agent.actors.values()):
+            actor.net[-1].bias.copy_(100.0 * torch.nn.functional.one_hot(torch.tensor(2 * k), 5))  # agent k: 2k
+    acts, _ = per_agent.act(obs, deterministic=True)
+    assert acts.tolist() == [[0, 2, 4]] * 4
+    with_id = ActorPolicy(AgentGroups.from_env(make_parallel_env("simple_spread"), agent_id=True))
+    _, lp = with_id.act(obs, deterministic=True)
+    assert with_id.actors["agent"].net[0].in_features == 18 + 3
+    assert not torch.allclose(lp[:, 0], lp[:, 1])
+
+
 def test_critics_ippo_and_mappo() -> None:
     groups = AgentGroups.from_env(make_parallel_env("simple_speaker_listener"))
-    ippo = MultiAgentCritic(groups)
-    mappo = MultiAgentCritic(groups, state_dim=14, centralized=True)
+    pol = ActorPolicy(groups)
+    ippo = Critic(pol)
+    mappo = Critic(pol, state_dim=14)
+    assert set(ippo.nets) == set(mappo.nets) == {"speaker", "listener"}
     obs, agent, state = torch.randn(6, 11), torch.tensor([0, 1, 0, 1, 0, 1]), torch.randn(6, 14)
-    assert ippo(obs, agent).shape == (6,)
-    v = mappo(obs, agent, state)
+    v = ippo(pol, obs, agent)
     assert v.shape == (6,)
-    v2 = mappo(obs, agent, state + 1.0)
-    assert not torch.allclose(v, v2)  # the centralized critic reads the global state
-    with pytest.raises(ValueError, match="state"):
-        MultiAgentCritic(groups, centralized=True)
+    obs2 = obs.clone()
+    obs2[agent == 0, 3:] = 99.0  # the speaker's critic reads only the speaker's observation
+    torch.testing.assert_close(ippo(pol, obs2, agent)[agent == 0], v[agent == 0])
+    v = mappo(pol, obs, agent, state)
+    assert v.shape == (6,)
+    assert not torch.allclose(v, mappo(pol, obs, agent, state + 1.0))  # the centralized critic reads the state
+    timed = Critic(pol, time_input=True)
+    t = torch.zeros(6)
+    assert not torch.allclose(timed(pol, obs, agent, time=t), timed(pol, obs, agent, time=t + 1.0))
 
 
 def test_value_norm_roundtrip() -> None:
@@ -85,42 +113,49 @@ def test_value_norm_roundtrip() -> None:
     torch.testing.assert_close(norm.denormalize(z), x, atol=1e-3, rtol=1e-4)
 
 
-def _ppo_on_collected(algo: str, **over):
-    """A MarlPPO and one small collected batch of simple_spread (2 envs, 25-step episodes)."""
-    import functools
-    from types import SimpleNamespace
+def _ppo_on_collected(resolve, algo: str, *over: str):
+    """The one PPO (under ``algo``'s config) and one collected batch of simple_spread: 2 envs x 25
+    steps from a fresh start, so every row is one whole 25-step episode."""
+    from grpo_marl.algos import get_algo
+    from grpo_marl.registry import get_spec
+    from grpo_marl.tasks import make_task
 
-    from omegaconf import OmegaConf
-
-    from grpo_marl.marl.ppo import IPPO, MAPPO
-    from grpo_marl.marl.rollout import MarlEpisodeCollector
-    from grpo_marl.marl.vector import MarlVecEnv
-
-    fn = functools.partial(make_parallel_env, "simple_spread")
-    groups = AgentGroups.from_env(fn())
-    col = MarlEpisodeCollector(MarlVecEnv(fn, 2), groups, 2, 1, seed=3, with_state=algo == "mappo", bootstrap=True)
-    torch.manual_seed(0)
-    batch = col.collect(MultiAgentPolicy(groups))
-    cfg = OmegaConf.create({
-        "gamma": 0.9, "gae_lambda": 1.0, "clip_eps": 0.2, "clip_vf": None, "vf_coef": 1.0, "entropy_coef": 0.0,
-        "value_norm": False, "bootstrap_truncation": True, "critic_time": False, **over,
-    })
-    task = SimpleNamespace(
-        groups=groups, state_dim=54, input_keys=("obs", "actions", "agent"),
-        cfg=OmegaConf.create({"policy": {"hidden": [8], "activation": "tanh"}}),
+    cfg = resolve(
+        [
+            "env=simple_spread",
+            f"algo={algo}",
+            "algo.n_envs=2",
+            "algo.batch_size=25",
+            "algo.gamma=0.9",
+            "algo.gae_lambda=1.0",
+            "algo.bootstrap_truncation=true",
+            "algo.critic_time=false",
+            "algo.value_norm=false",
+            "policy.hidden=[8]",
+            "marl.num_workers=0",
+            *over,
+        ]
     )
-    return (MAPPO if algo == "mappo" else IPPO)(cfg, task, torch.device("cpu")), batch
+    cls = get_algo(algo)
+    device = torch.device("cpu")
+    task = make_task(cfg, get_spec("simple_spread"), device, collector=cls.collector, with_state=cls.needs_state(cfg))
+    torch.manual_seed(0)
+    batch = task.collect(task.policy)
+    return cls(cfg.algo, task, device), batch
 
 
 @pytest.mark.parametrize("algo", ["ippo", "mappo"])
-def test_time_limit_truncation_bootstraps(algo: str) -> None:
+def test_time_limit_truncation_bootstraps(resolve, algo: str) -> None:
     """mpe2's 25-step limit truncates: the last return is r_T + gamma * V(final obs/state)."""
-    ppo, batch = _ppo_on_collected(algo)
-    # the collector records the observation/state after every step and flags the truncated one
+    ppo, batch = _ppo_on_collected(resolve, algo)
+    assert ppo.use_state == (algo == "mappo")
+    # the collector flags the truncated step and keeps the observation (and state) it ended on
     assert batch["truncated"][:, -1].all() and not batch["truncated"][:, :-1].any()
-    torch.testing.assert_close(batch["next_obs"][:, :-1], batch["obs"][:, 1:])
+    assert not batch["terminated"].any()
+    assert batch["final_obs"][:, -1].abs().sum(-1).gt(0).all() and not batch["final_obs"][:, :-1].any()
     if algo == "mappo":
-        torch.testing.assert_close(batch["next_state"][:, :-1], batch["state"][:, 1:])
+        assert batch["final_state"][:, -1].abs().sum(-1).gt(0).all()
+        torch.testing.assert_close(batch["state"][0::3], batch["state"][1::3])  # one env state, every agent
     with torch.no_grad():
         for p in ppo.critic.parameters():
             p.zero_()
@@ -137,10 +172,21 @@ def test_time_limit_truncation_bootstraps(algo: str) -> None:
     torch.testing.assert_close(data["returns"].reshape(6, 25)[:, -1], rew[:, -1])
 
 
-def test_critic_time_input() -> None:
-    ppo, batch = _ppo_on_collected("mappo", critic_time=True)
+def test_critic_time_input(resolve) -> None:
+    ppo, batch = _ppo_on_collected(resolve, "mappo", "algo.critic_time=true")
     data, _ = ppo.prepare(batch)
     torch.testing.assert_close(data["time"].reshape(6, 25)[0], torch.arange(25) / 25.0)
-    v = ppo._values(data)
-    data["time"] = data["time"] + 1.0
-    assert not torch.allclose(v, ppo._values(data))
+    v = ppo.values(data["obs"], data["agent"], data["state"], data["time"])
+    assert not torch.allclose(v, ppo.values(data["obs"], data["agent"], data["state"], data["time"] + 1.0))
+
+
+def test_named_configs_differ_only_in_critic_options(resolve) -> None:
+    """ppo / ippo / mappo are one PPO; on a multi-agent env the critic options tell them apart."""
+    from grpo_marl.algos import get_algo
+
+    critic = ("critic_state", "critic_time", "value_norm", "bootstrap_truncation")
+    assert get_algo("ppo") is get_algo("ippo") is get_algo("mappo")
+    mappo = resolve(["env=simple_spread", "algo=mappo"]).algo
+    ippo = resolve(["env=simple_spread", "algo=ippo"]).algo
+    assert {k for k in mappo if k != "name" and mappo[k] != ippo[k]} <= set(critic)
+    assert mappo.critic_state and not ippo.critic_state
