@@ -1,10 +1,10 @@
-"""The multi-agent Task through the generic trainer: CLI smoke runs per shipped task (summary.json
-with per-group returns), the collector's Batch layout, resume of the collector state, config
-errors, and a short learning test on simple_spread."""
+"""Multi-agent envs through the one control path (ControlTask, EpisodeCollector, generic trainer):
+CLI smoke runs per shipped task and algorithm (summary.json with per-group returns), the episode
+collector's Batch layout per group mode, resume of the collector state, config errors, and a short
+learning test on simple_spread."""
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_marl.marl.envs import make_parallel_env
-from grpo_marl.marl.groups import AgentGroups
-from grpo_marl.marl.policy import MultiAgentPolicy
-from grpo_marl.marl.rollout import MarlEpisodeCollector
-from grpo_marl.marl.vector import MarlVecEnv
-
+from grpo_marl.collectors import EpisodeCollector
+from grpo_marl.groups import AgentGroups
+from grpo_marl.policies.mlp import ActorPolicy
+from grpo_marl.registry import get_spec
+from grpo_marl.vec import make_vec_env, resolve_workers
 
 COMMON = ("log.tensorboard=false", "marl.num_workers=0", "eval.episodes=2", "algo.epochs=1", "algo.minibatches=2")
 
@@ -65,10 +64,11 @@ def test_config_errors_are_actionable(resolve) -> None:
     from grpo_marl.config import ConfigError
 
     with pytest.raises(ConfigError) as err:
-        resolve(["env=simple_spread", "marl.share=team", "algo.group_mode=branch"])
-    assert "marl.share='team'" in str(err.value) and "algo.group_mode='branch'" in str(err.value)
-    with pytest.raises(ConfigError, match="algo=mappo or algo=ippo"):
-        resolve(["env=simple_spread", "algo=ppo"])
+        resolve(["env=simple_spread", "marl.share=team", "algo.group_mode=branch", "marl.num_workers=-3"])
+    for part in ("marl.share=team", "algo.group_mode=branch", "marl.num_workers=-3"):
+        assert part in str(err.value)
+    with pytest.raises(ConfigError, match="group_mode=agent needs a multi-agent env"):
+        resolve(["env=cartpole", "algo.group_mode=agent"])
 
 
 def test_tuned_defaults_per_algo(resolve) -> None:
@@ -85,12 +85,11 @@ def test_tuned_defaults_per_algo(resolve) -> None:
     assert cfg.algo.critic_time and not cfg.algo.bootstrap_truncation
 
 
-def _collector(name: str, mode: str, n_groups: int = 2, g: int = 2, **kw) -> tuple[MarlEpisodeCollector, MultiAgentPolicy]:
-    fn = functools.partial(make_parallel_env, name, **kw)
-    groups = AgentGroups.from_env(fn())
-    vec = MarlVecEnv(fn, n_groups * g)
+def _collector(name: str, mode: str, n_groups: int = 2, g: int = 2, **kw) -> tuple[EpisodeCollector, ActorPolicy]:
+    vec = make_vec_env(get_spec(name), n_groups * g, kw, vectorization="sync")
+    groups = AgentGroups.from_layout(vec.layout)
     torch.manual_seed(0)
-    return MarlEpisodeCollector(vec, groups, n_groups, g, mode=mode, seed=3), MultiAgentPolicy(groups)
+    return EpisodeCollector(vec, groups, n_groups, g, mode=mode, seed=3, env_name=name), ActorPolicy(groups)
 
 
 def test_batch_layout_seed_groups() -> None:
@@ -154,8 +153,15 @@ def test_short_learning_run_on_simple_spread(train, tmp_path: Path) -> None:
     """GRPO with seed groups must clearly beat the random policy (-26.3 over 1,000 episodes; the
     standard error of a 50-episode mean is about 1.1) in ~60k steps."""
     summary = train(
-        tmp_path / "run", "env=simple_spread", "total_steps=60000", "algo.group_size=8", "algo.num_groups=8",
-        "eval.episodes=50", "seed=3", "log.tensorboard=false", "marl.num_workers=0",
+        tmp_path / "run",
+        "env=simple_spread",
+        "total_steps=60000",
+        "algo.group_size=8",
+        "algo.num_groups=8",
+        "eval.episodes=50",
+        "seed=3",
+        "log.tensorboard=false",
+        "marl.num_workers=0",
     )
     assert summary["eval/return_mean"] > -22.5, summary  # measured -19.7 (seed 3)
 
@@ -180,15 +186,17 @@ def test_custom_aec_env_registered_from_python(registry_sandbox, train, tmp_path
     """A user's own PettingZoo env (here mpe2's AEC simple_spread) trains without framework edits."""
     from mpe2 import simple_spread_v3
 
-    registry_sandbox.register_env("my_spread_aec", lambda **kw: simple_spread_v3.env(N=2, max_cycles=10, **kw), kind="pettingzoo")
-    summary = train(tmp_path / "run", "env=my_spread_aec", "total_steps=40", "algo.group_size=2", "algo.num_groups=2", *COMMON)
+    registry_sandbox.register_env(
+        "my_spread_aec", lambda **kw: simple_spread_v3.env(N=2, max_cycles=10, **kw), kind="pettingzoo"
+    )
+    summary = train(
+        tmp_path / "run", "env=my_spread_aec", "total_steps=40", "algo.group_size=2", "algo.num_groups=2", *COMMON
+    )
     assert summary["agent_groups"] == {"agent": ["agent_0", "agent_1"]}
     assert summary["env_steps"] >= 40
 
 
 def test_auto_workers() -> None:
-    from grpo_marl.tasks.marl import resolve_workers
-
     assert resolve_workers(-1, 128, cpus=2) == 0  # no spare core: in-process is faster
     assert resolve_workers(-1, 128, cpus=16) == 15
     assert resolve_workers(-1, 32, cpus=16) == 4
