@@ -39,3 +39,91 @@ class CrashAfter(gym.Wrapper):
 
 def crash_after(after: int = 150, rank: int | None = None) -> gym.Env:
     return CrashAfter(gym.make("CartPole-v1"), after=after, rank=rank)
+
+
+class TwoWalkers:
+    """A tiny PettingZoo Parallel env (two agents on a line, 10-step episodes) that breaks on
+    purpose once this instance has taken ``after`` steps: ``fault="crash"`` raises
+    :class:`EnvCrash` (``rank``: only in that torchrun rank), ``fault="nan"`` returns a NaN reward
+    for ``walker_1``. The counter survives resets, like :class:`CrashAfter`.
+
+    Written against the Parallel API directly (no mpe2) so the failure is the only moving part.
+    """
+
+    metadata = {"name": "two_walkers_v0", "is_parallelizable": True}
+    possible_agents = ["walker_0", "walker_1"]
+
+    def __init__(self, after: int = 30, fault: str = "crash", rank: int | None = None, max_cycles: int = 10) -> None:
+        import numpy as np
+        from gymnasium import spaces
+
+        self.after = after
+        self.fault = fault
+        self.armed = rank is None or int(os.environ.get("RANK", "0")) == int(rank)
+        self.max_cycles = max_cycles
+        self.count = 0
+        self.agents: list[str] = []
+        self._obs_space = spaces.Box(-10.0, 10.0, (2,), np.float32)
+        self._act_space = spaces.Discrete(3)
+        self._pos = np.zeros(2, np.float32)
+        self._t = 0
+
+    @property
+    def unwrapped(self) -> TwoWalkers:
+        return self
+
+    def observation_space(self, agent: str) -> Any:
+        return self._obs_space
+
+    def action_space(self, agent: str) -> Any:
+        return self._act_space
+
+    def _obs(self) -> dict[str, Any]:
+        import numpy as np
+
+        return {a: np.array([self._pos[i], self._t / self.max_cycles], np.float32) for i, a in enumerate(self.agents)}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        import numpy as np
+
+        self._pos = np.random.default_rng(seed).uniform(-1.0, 1.0, 2).astype(np.float32)
+        self._t = 0
+        self.agents = list(self.possible_agents)
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, int]) -> tuple[dict, dict, dict, dict, dict]:
+        self.count += 1
+        if self.armed and self.count > self.after and self.fault == "crash":
+            raise EnvCrash(f"simulated multi-agent simulator crash after {self.after} steps")
+        for i, a in enumerate(self.possible_agents):
+            if a in actions:
+                self._pos[i] += 0.1 * (int(actions[a]) - 1)
+        self._t += 1
+        rewards = {a: -abs(float(self._pos[i])) for i, a in enumerate(self.agents)}
+        if self.armed and self.count > self.after and self.fault == "nan":
+            rewards["walker_1"] = float("nan")
+        done = self._t >= self.max_cycles
+        obs = self._obs()
+        terms = {a: False for a in self.agents}
+        truncs = {a: done for a in self.agents}
+        infos: dict[str, dict] = {a: {} for a in self.agents}
+        if done:
+            self.agents = []
+        return obs, rewards, terms, truncs, infos
+
+    def close(self) -> None:
+        pass
+
+
+def crash_marl(after: int = 30, rank: int | None = None) -> TwoWalkers:
+    """``env=tests.failing_envs:crash_marl``: a multi-agent env that raises after ``after`` steps."""
+    return TwoWalkers(after=after, fault="crash", rank=rank)
+
+
+def nan_marl(after: int = 30) -> TwoWalkers:
+    """``env=tests.failing_envs:nan_marl``: a multi-agent env whose reward turns NaN after ``after`` steps."""
+    return TwoWalkers(after=after, fault="nan")
+
+
+crash_marl.grpo_marl_kind = "pettingzoo"  # type: ignore[attr-defined]
+nan_marl.grpo_marl_kind = "pettingzoo"  # type: ignore[attr-defined]

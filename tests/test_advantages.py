@@ -27,7 +27,7 @@ def close(actual: torch.Tensor, expected, atol: float = 1e-4) -> None:
 
 # ----------------------------------------------------------------------------- group_advantages
 def test_seed_example_mean_only() -> None:
-    # DESIGN.md: rewards 10, 5, 2 -> mean 17/3 -> 4.33, -0.67, -3.67
+    # rewards 10, 5, 2 -> mean 17/3 -> 4.33, -0.67, -3.67
     adv = group_advantages(torch.tensor([[10.0, 5.0, 2.0]]), scale="none")
     close(adv, [[4.3333, -0.6667, -3.6667]])
 
@@ -108,9 +108,7 @@ def test_discounted_returns_matches_loop() -> None:
         for j in range(4):
             for t in range(7):
                 if m[i, j, t]:
-                    expected[i, j, t] = sum(
-                        0.9 ** (k - t) * r[i, j, k] for k in range(t, 7) if m[i, j, k]
-                    )
+                    expected[i, j, t] = sum(0.9 ** (k - t) * r[i, j, k] for k in range(t, 7) if m[i, j, k])
     close(out, expected, atol=1e-10)
 
 

@@ -1,31 +1,46 @@
-"""The group collector and GRPO's use of it: batch layout and masks, seed groups that share a start,
-state groups restored from archived snapshots, env-step accounting, and zero-variance groups
-(counted, skipped, resampled)."""
+"""The episode collector and GRPO's use of it: batch layout and masks, seed groups that share a start,
+state groups restored from archived snapshots, env-step accounting, non-finite data (single- and
+multi-agent envs), the one evaluation loop, and zero-variance groups (counted, skipped, resampled)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from grpo_marl.algos.grpo import GRPO
 from grpo_marl.batch import Batch
-from grpo_marl.policies.mlp import MLPPolicy
+from grpo_marl.collectors import EpisodeCollector, StepCollector, evaluate_policy
+from grpo_marl.errors import NonFiniteError, UserInputError
+from grpo_marl.groups import AgentGroups
+from grpo_marl.policies.mlp import ActorPolicy
 from grpo_marl.registry import get_spec
-from grpo_marl.rollout import EpisodeCollector, NonFiniteError, evaluate_policy
-from grpo_marl.tasks.gym import GymTask
-from grpo_marl.vector import NativeCartPoleVecEnv, make_vec_env
+from grpo_marl.tasks.control import ControlTask
+from grpo_marl.vec import SnapshotUnsupported, VecEnv, make_vec_env
+from grpo_marl.vec.native import NativeCartPoleVec
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 NG, G = 3, 4
 
 
-def make_collector(env: str = "cartpole", mode: str = "seed", seed: int = 0, **kwargs) -> tuple[EpisodeCollector, MLPPolicy]:
-    vec = make_vec_env(get_spec(env), NG * G, vectorization=kwargs.pop("vectorization", "auto"))
+def policy_for(vec: VecEnv, seed: int = 0) -> ActorPolicy:
     torch.manual_seed(seed)
-    policy = MLPPolicy(vec.single_observation_space, vec.single_action_space, hidden=(16,))
-    return EpisodeCollector(vec, NG, G, mode=mode, seed=seed, env_name=env, **kwargs), policy
+    return ActorPolicy(AgentGroups.from_layout(vec.layout), hidden=(16,))
+
+
+def make_collector(
+    env: str = "cartpole", mode: str = "seed", seed: int = 0, vectorization: str = "auto", **kwargs
+) -> tuple[EpisodeCollector, ActorPolicy]:
+    vec = make_vec_env(get_spec(env), NG * G, vectorization=vectorization)
+    policy = policy_for(vec, seed)
+    return EpisodeCollector(vec, policy.groups, NG, G, mode=mode, seed=seed, env_name=env, **kwargs), policy
+
+
+def score(policy: ActorPolicy, batch: Batch) -> torch.Tensor:
+    """The policy's log-probs of the batch's stored actions on its valid steps."""
+    m = batch.mask
+    logp, _ = policy.log_prob(batch["obs"][m], batch["agent"][m], batch["actions"][m])
+    return logp.detach()
 
 
 @pytest.mark.parametrize("env", ["cartpole", "pendulum"])
@@ -34,11 +49,12 @@ def test_batch_shapes_and_masks(env: str) -> None:
     batch = collector.collect(policy)
     b = NG * G
     t = batch.mask.shape[1]
-    obs_dim = collector.vec.single_observation_space.shape[0]
+    obs_dim = collector.vec.layout.obs_shape[0]
     assert batch.group_size == G and batch.num_groups == NG and batch.num_rollouts == b
     assert batch["obs"].shape == (b, t, obs_dim)
     assert batch["actions"].shape == ((b, t) if env == "cartpole" else (b, t, 1))
-    assert batch["logp"].shape == batch.rewards.shape == batch.mask.shape == (b, t)
+    assert batch["logp"].shape == batch.rewards.shape == batch.mask.shape == batch["agent"].shape == (b, t)
+    assert (batch["agent"] == 0).all()  # a Gymnasium env is the one-agent case
     assert batch.mask.dtype == torch.bool
     lengths = batch.mask.sum(1)
     # Valid steps form a prefix of each row; the longest episode fills the time axis.
@@ -50,10 +66,8 @@ def test_batch_shapes_and_masks(env: str) -> None:
     else:
         assert (lengths == 200).all()  # Pendulum only ends at its time limit
     # The stored behaviour log-probs are the policy's log-probs of the stored actions.
-    m = batch.mask
-    logp, _ = policy.log_prob(batch["obs"][m], batch["actions"][m])
-    torch.testing.assert_close(batch["logp"][m], logp.detach(), atol=1e-5, rtol=1e-5)
-    returns = (batch.rewards * m).sum(1)
+    torch.testing.assert_close(batch["logp"][batch.mask], score(policy, batch), atol=1e-5, rtol=1e-5)
+    returns = (batch.rewards * batch.mask).sum(1)
     assert batch.metrics["rollout/return_mean"] == pytest.approx(float(returns.mean()), rel=1e-6)
     assert batch.metrics["rollout/length_mean"] == pytest.approx(float(lengths.float().mean()))
     assert 0 < batch.metrics["rollout/vector_utilization"] <= 1
@@ -68,6 +82,14 @@ def test_seed_group_members_share_first_observation(vectorization: str) -> None:
         assert len({tuple(first[g, 0].tolist()) for g in range(NG)}) == NG  # groups differ
 
 
+def test_native_and_sync_cartpole_start_from_the_same_seeded_states() -> None:
+    """Per-env seeds draw like ``gym.make(id).reset(seed=seed)``: the native vector env and the
+    Gymnasium envs collect the same start observations for the same collector seed."""
+    native, p1 = make_collector("cartpole", vectorization="native", seed=6)
+    sync, p2 = make_collector("cartpole", vectorization="sync", seed=6)
+    torch.testing.assert_close(native.collect(p1)["obs"][:, 0], sync.collect(p2)["obs"][:, 0], rtol=0, atol=0)
+
+
 def test_collections_use_fresh_seeds_and_are_reproducible() -> None:
     c1, p1 = make_collector("cartpole", seed=3)
     c2, p2 = make_collector("cartpole", seed=3)
@@ -78,7 +100,7 @@ def test_collections_use_fresh_seeds_and_are_reproducible() -> None:
     c3, p3 = make_collector("cartpole", seed=3)
     torch.manual_seed(7)
     y = c3.collect(p3)
-    for key in ("obs", "actions", "logp", "rewards", "mask"):
+    for key in ("obs", "actions", "logp", "rewards", "mask", "agent"):
         assert torch.equal(x[key], y[key])
 
 
@@ -88,40 +110,44 @@ def test_env_step_accounting() -> None:
     for _ in range(3):
         batch = collector.collect(policy)
         steps = int(batch.mask.sum())
+        # Finished envs are frozen (not stepped) until the next collection resets them.
         assert batch.metrics["rollout/steps"] == steps
         total += steps
         assert collector.total_env_steps == total
     assert batch.num_steps == steps
 
 
-@pytest.mark.parametrize("vectorization", ["native", "sync"])
+@pytest.mark.parametrize("vectorization", ["native", "sync", "async"])
 def test_state_groups_restore_archived_states(vectorization: str) -> None:
-    collector, policy = make_collector("cartpole", mode="state", seed=1, vectorization=vectorization, state_reset_frac=0.34)
-    first = collector.collect(policy)
-    assert "rollout/return_mean" in first.metrics and first.metrics["rollout/frac_restored_groups"] == 0.0
-    archive = list(collector.archive)
-    assert archive, "the first collection offers snapshots of visited states"
-    snap_obs = [o for _, o in archive]
-    # The archived obs were visited by a group leader during the first collection.
-    leader_obs = first["obs"][:: G][first.mask[::G]]
-    for o in snap_obs:
-        assert (leader_obs == torch.as_tensor(o)).all(-1).any()
+    collector, policy = make_collector(
+        "cartpole", mode="state", seed=1, vectorization=vectorization, state_reset_frac=0.34
+    )
+    try:
+        first = collector.collect(policy)
+        assert "rollout/return_mean" in first.metrics and first.metrics["rollout/frac_restored_groups"] == 0.0
+        archive = list(collector.archive)
+        assert archive, "the first collection offers snapshots of visited states"
+        snap_obs = [torch.as_tensor(item.step.obs[0, 0]) for item in archive]
+        # The archived obs were visited by a group leader during the first collection.
+        leader_obs = first["obs"][::G][first.mask[::G]]
+        for o in snap_obs:
+            assert (leader_obs == o).all(-1).any()
 
-    second = collector.collect(policy)
-    n_restored = round(NG * (1 - 0.34))
-    assert second.metrics["rollout/frac_restored_groups"] == pytest.approx(n_restored / NG)
-    starts = second.grouped("obs")[:, :, 0]
-    for g in range(NG):
-        assert torch.equal(starts[g], starts[g, :1].expand_as(starts[g]))  # one start per group
-        matches = [torch.equal(starts[g, 0], torch.as_tensor(o)) for o in snap_obs]
-        assert any(matches) == (g < n_restored)
-    if vectorization == "native":
-        # The restored step counter shortens the time left: no branch outlives the episode limit.
+        second = collector.collect(policy)
+        n_restored = round(NG * (1 - 0.34))
+        assert second.metrics["rollout/frac_restored_groups"] == pytest.approx(n_restored / NG)
+        starts = second.grouped("obs")[:, :, 0]
         lengths = second.grouped("mask").sum(-1)
-        for g in range(n_restored):
-            k = next(i for i, o in enumerate(snap_obs) if torch.equal(starts[g, 0], torch.as_tensor(o)))
-            elapsed = archive[k][0][1]
-            assert elapsed > 0 and int(lengths[g].max()) <= 500 - elapsed
+        for g in range(NG):
+            assert torch.equal(starts[g], starts[g, :1].expand_as(starts[g]))  # one start per group
+            matches = [k for k, o in enumerate(snap_obs) if torch.equal(starts[g, 0], o)]
+            assert bool(matches) == (g < n_restored)
+            if matches:
+                # The restored step counter shortens the time left: no branch outlives the limit.
+                elapsed = archive[matches[0]].t
+                assert elapsed > 0 and int(lengths[g].max()) <= 500 - elapsed
+    finally:
+        collector.vec.close()
 
 
 def test_state_groups_with_branch_horizon() -> None:
@@ -133,18 +159,29 @@ def test_state_groups_with_branch_horizon() -> None:
     assert batch.mask.shape[1] == 10
 
 
+class NoSnapshots(VecEnv):
+    """A vector env that implements no snapshots (the base class's default)."""
+
+    def __init__(self, inner: VecEnv) -> None:
+        self.num_envs, self.layout, self.name = inner.num_envs, inner.layout, inner.name
+        self.max_episode_steps = inner.max_episode_steps
+
+
 def test_state_mode_needs_snapshots() -> None:
-    vec = make_vec_env(get_spec("cartpole"), 4, vectorization="async")
-    try:
-        with pytest.raises(ValueError, match="vectorization=sync"):
-            EpisodeCollector(vec, 2, 2, mode="state")
-    finally:
-        vec.close()
+    vec = NoSnapshots(NativeCartPoleVec(4))
+    groups = AgentGroups.from_layout(vec.layout)
+    with pytest.raises(SnapshotUnsupported, match="vectorization=sync"):
+        EpisodeCollector(vec, groups, 2, 2, mode="state")
+    EpisodeCollector(vec, groups, 2, 2, mode="seed")  # seed groups need none
 
 
-def test_collector_checks_vector_width() -> None:
-    with pytest.raises(ValueError, match="num_groups\\*group_size"):
-        EpisodeCollector(NativeCartPoleVecEnv(5), 2, 2)
+def test_collector_checks_vector_width_and_group_mode() -> None:
+    vec = NativeCartPoleVec(5)
+    groups = AgentGroups.from_layout(vec.layout)
+    with pytest.raises(UserInputError, match=r"5 envs but algo.num_groups \* algo.group_size = 4"):
+        EpisodeCollector(vec, groups, 2, 2)
+    with pytest.raises(UserInputError, match="has one agent; use algo.group_mode=seed or state"):
+        EpisodeCollector(NativeCartPoleVec(4), groups, 2, 2, mode="agent")
 
 
 def test_collector_state_dict_round_trip() -> None:
@@ -162,32 +199,56 @@ def test_collector_state_dict_round_trip() -> None:
     assert c1.total_env_steps == c2.total_env_steps
 
 
+# --------------------------------------------------------------------------- non-finite data
 @pytest.mark.parametrize("where", ["obs", "reward"])
 def test_non_finite_data_stops_collection(where: str) -> None:
-    from grpo_marl.vector import GymVecEnv
-    from tests.custom_envs import nan_cartpole
-
-    vec = GymVecEnv([lambda: nan_cartpole(after=3, where=where)] * 4)
-    policy = MLPPolicy(vec.single_observation_space, vec.single_action_space)
-    collector = EpisodeCollector(vec, 2, 2, env_name="nan_env")
-    with pytest.raises(NonFiniteError, match=f"non-finite {'observation' if where == 'obs' else 'reward'} from env 'nan_env'"):
+    spec = get_spec("tests.custom_envs:nan_cartpole")
+    vec = make_vec_env(spec, 4, {"after": 3, "where": where}, vectorization="sync")
+    policy = policy_for(vec)
+    collector = EpisodeCollector(vec, policy.groups, 2, 2, env_name="nan_env")
+    what = "observation" if where == "obs" else "reward"
+    with pytest.raises(NonFiniteError, match=f"env 'nan_env' returned a non-finite {what}") as info:
         collector.collect(policy)
+    # The message names the vector index and the episode's reset seed (to replay it alone).
+    index = int(str(info.value).split("vector index ")[1].split(",")[0])
+    assert f"reset seed {collector.env_seeds[index]})" in str(info.value)
+
+
+@pytest.mark.parametrize("collector_kind", ["episodes", "steps"])
+def test_non_finite_reward_of_a_multi_agent_env_stops_collection(collector_kind: str) -> None:
+    """The multi-agent path has the same finite checks as the single-agent one (one collector base)."""
+    spec = get_spec("tests.failing_envs:nan_marl")
+    assert spec.kind == "pettingzoo"
+    vec = make_vec_env(spec, 4, {"after": 12}, vectorization="sync")
+    assert vec.layout.num_agents == 2
+    policy = policy_for(vec)
+    if collector_kind == "episodes":
+        collector = EpisodeCollector(vec, policy.groups, 2, 2, env_name="nan_marl")
+    else:
+        collector = StepCollector(vec, policy.groups, n_steps=16, env_name="nan_marl")
+    with pytest.raises(NonFiniteError, match=r"env 'nan_marl' returned a non-finite reward .*vector index \d"):
+        for _ in range(3):
+            collector.collect(policy)
 
 
 def test_evaluate_policy_is_greedy_and_seeded() -> None:
     vec = make_vec_env(get_spec("cartpole"), 5)
-    policy = MLPPolicy(vec.single_observation_space, vec.single_action_space)
-    seeds = np.arange(5) + 100
+    policy = policy_for(vec)
+    seeds = list(range(100, 105))
     r1 = evaluate_policy(policy, vec, seeds, max_steps=100)
     r2 = evaluate_policy(policy, vec, seeds, max_steps=100)
-    np.testing.assert_array_equal(r1, r2)
-    assert r1.shape == (5,) and (r1 >= 1).all() and (r1 <= 100).all()
+    assert r1 == r2
+    assert r1["eval/episodes"] == 5
+    assert 1 <= r1["eval/return_min"] <= r1["eval/return_mean"] <= r1["eval/return_max"] <= 100
+    assert r1["eval/length_mean"] == pytest.approx(r1["eval/return_mean"])  # CartPole pays +1 per step
+    with pytest.raises(ValueError, match="one seed per env"):
+        evaluate_policy(policy, vec, seeds[:2])
 
 
 # --------------------------------------------------------------------------- zero-variance groups
 def grpo_for(resolve, env: str, *overrides: str) -> GRPO:
     cfg = resolve([f"env={env}", *overrides])
-    task = GymTask(cfg, get_spec(str(cfg.env)), torch.device("cpu"))
+    task = ControlTask(cfg, get_spec(str(cfg.env)), torch.device("cpu"))
     return GRPO(cfg.algo, task, torch.device("cpu"))
 
 
@@ -205,6 +266,7 @@ def hand_batch(returns: list[list[float]], lengths: list[list[int]]) -> Batch:
     data = {
         "obs": torch.randn(ng * g, t, 4),
         "actions": torch.randint(0, 2, (ng * g, t)),
+        "agent": torch.zeros(ng * g, t, dtype=torch.long),
         "logp": torch.full((ng * g, t), -0.69),
         "rewards": rewards,
         "mask": mask,
@@ -222,7 +284,11 @@ LENGTHS = [[3, 3, 3], [1, 2, 3], [4, 4, 4], [2, 2, 2]]
 @pytest.mark.parametrize("mode", ["keep", "skip", "resample"])
 def test_zero_std_groups_counted_and_dropped(resolve, mode: str, advantage: str) -> None:
     algo = grpo_for(
-        resolve, "cartpole", "algo.group_size=3", "algo.num_groups=4", f"algo.zero_std={mode}",
+        resolve,
+        "cartpole",
+        "algo.group_size=3",
+        "algo.num_groups=4",
+        f"algo.zero_std={mode}",
         f"algo.advantage={advantage}",
     )
     batch = hand_batch(RETURNS, LENGTHS)
@@ -239,6 +305,7 @@ def test_zero_std_groups_counted_and_dropped(resolve, mode: str, advantage: str)
     else:
         assert len(data["advantages"]) == int(valid[1] + valid[3])  # only the groups with signal
         assert (data["advantages"] != 0).any()
+    assert len(data["agent"]) == len(data["advantages"])  # batches always carry the agent index
 
 
 @pytest.mark.parametrize("mode", ["keep", "skip"])
@@ -252,8 +319,13 @@ def test_resample_collects_until_groups_carry_signal(resolve) -> None:
     """Groups of 2 on a one-step two-armed bandit: about half have zero variance. Resampling keeps
     collecting until num_groups informative groups are found (or max_resample is spent)."""
     algo = grpo_for(
-        resolve, "tests.custom_envs:bandit", "algo.group_size=2", "algo.num_groups=8",
-        "algo.zero_std=resample", "algo.max_resample=10", "vec.max_steps=1",
+        resolve,
+        "tests.custom_envs:bandit",
+        "algo.group_size=2",
+        "algo.num_groups=8",
+        "algo.zero_std=resample",
+        "algo.max_resample=10",
+        "vec.max_steps=1",
     )
     torch.manual_seed(0)
     steps_before = algo.task.env_steps
@@ -272,8 +344,13 @@ def test_resample_collects_until_groups_carry_signal(resolve) -> None:
 
 def test_resample_gives_up_after_max_resample(resolve) -> None:
     algo = grpo_for(
-        resolve, "tests.custom_envs:constant_reward", "algo.group_size=2", "algo.num_groups=4",
-        "algo.zero_std=resample", "algo.max_resample=2", "vec.max_steps=1",
+        resolve,
+        "tests.custom_envs:constant_reward",
+        "algo.group_size=2",
+        "algo.num_groups=4",
+        "algo.zero_std=resample",
+        "algo.max_resample=2",
+        "vec.max_steps=1",
     )
     batch = algo.collect()
     assert batch.metrics["rollout/frac_zero_std_groups_sampled"] == 1.0
