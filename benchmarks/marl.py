@@ -19,7 +19,6 @@ Runs of one invocation share the CPU sequentially (``--parallel`` runs several a
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import statistics
 import subprocess
@@ -44,33 +43,51 @@ REF_EPISODES_CAP = {"pursuit": 100}
 
 
 def references(task: str, episodes: int, seed: int = 10_000) -> dict[str, dict[str, Any]]:
-    """Random-policy (and for simple_spread scripted) mean per-agent returns."""
-    from grpo_marl.marl.envs import make_parallel_env
-    from grpo_marl.marl.groups import AgentGroups
-    from grpo_marl.marl.references import GreedyLandmarkPolicy, RandomPolicy, evaluate_policy
-    from grpo_marl.marl.vector import MarlVecEnv
+    """Random-policy (and for simple_spread scripted) mean per-agent returns: one episode per env
+    of one vector env, through the one evaluation loop (grpo_marl.collectors.evaluate_policy)."""
+    from grpo_marl.collectors import evaluate_policy
+    from grpo_marl.groups import AgentGroups
+    from grpo_marl.marl.references import GreedyLandmarkPolicy, RandomPolicy
+    from grpo_marl.registry import get_spec
+    from grpo_marl.vec import make_vec_env
 
-    fn = functools.partial(make_parallel_env, task)
-    groups = AgentGroups.from_env(fn())
-    vec = MarlVecEnv(fn, min(episodes, 100), num_workers=0)
-    out = {"random": evaluate_policy(vec, RandomPolicy(0), episodes, seed=seed, group_of=groups.group_of)}
+    vec = make_vec_env(get_spec(task), episodes, num_workers=0)
+    groups = AgentGroups.from_layout(vec.layout)
+    seeds = list(range(seed, seed + episodes))
+    policies: dict[str, Any] = {"random": RandomPolicy(groups, 0)}
     if task == "simple_spread":
-        n = len(groups.agents)
-        out["scripted greedy assignment"] = evaluate_policy(
-            vec, GreedyLandmarkPolicy(n), episodes, seed=seed, group_of=groups.group_of
-        )
-        out["scripted optimal assignment"] = evaluate_policy(
-            vec, GreedyLandmarkPolicy(n, assignment="optimal"), episodes, seed=seed, group_of=groups.group_of
-        )
-    vec.close()
-    return out
+        policies["scripted greedy assignment"] = GreedyLandmarkPolicy(groups)
+        policies["scripted optimal assignment"] = GreedyLandmarkPolicy(groups, assignment="optimal")
+    try:
+        return {name: _reference_row(evaluate_policy(pol, vec, seeds), groups) for name, pol in policies.items()}
+    finally:
+        vec.close()
+
+
+def _reference_row(metrics: dict[str, float], groups: Any) -> dict[str, Any]:
+    """The table's fields from evaluate_policy's ``eval/...`` metrics."""
+    per_group = {g: metrics.get(f"eval/return_mean/{g}", metrics["eval/return_mean"]) for g in groups.names}
+    return {
+        "return_mean": metrics["eval/return_mean"],
+        "return_std": metrics["eval/return_std"],
+        "per_group": per_group,
+        "per_agent": {a: metrics.get(f"eval/agent_return/{a}", metrics["eval/return_mean"]) for a in groups.agents},
+        "episodes": int(metrics["eval/episodes"]),
+    }
 
 
 def train(task: str, algo: str, seed: int, run_root: Path, extra: list[str]) -> dict[str, Any]:
     run_dir = run_root / f"{task}_{algo}_seed{seed}"
     cmd = [
-        sys.executable, "-m", "grpo_marl.train", f"env={task}", *ALGOS[algo], f"seed={seed}",
-        "log.progress=false", f"hydra.run.dir={run_dir}", *extra,
+        sys.executable,
+        "-m",
+        "grpo_marl.train",
+        f"env={task}",
+        *ALGOS[algo],
+        f"seed={seed}",
+        "log.progress=false",
+        f"hydra.run.dir={run_dir}",
+        *extra,
     ]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -116,8 +133,13 @@ def main() -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     p.add_argument("--ref-episodes", type=int, default=1000)
     p.add_argument("--references-only", action="store_true")
-    p.add_argument("--curves", nargs="+", type=Path, default=None,
-                   help="only print the periodic-eval table of these run directories")
+    p.add_argument(
+        "--curves",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="only print the periodic-eval table of these run directories",
+    )
     p.add_argument("--parallel", type=int, default=1, help="training runs at once")
     p.add_argument("--runs", type=Path, default=ROOT / "runs" / "bench_marl")
     p.add_argument("--out", type=Path, default=None, help="markdown table path (a .json lands beside it)")
@@ -153,9 +175,7 @@ def main() -> None:
             failed = sum(1 for (t, a, _), s in zip(jobs, summaries, strict=True) if a == algo and "error" in s)
             rets = [s["eval/return_mean"] for s in runs]
             group_names = sorted({g for s in runs for g in s.get("per_group_return", {})})
-            groups = ", ".join(
-                f"{g} {_fmt([s['per_group_return'][g] for s in runs])}" for g in group_names
-            )
+            groups = ", ".join(f"{g} {_fmt([s['per_group_return'][g] for s in runs])}" for g in group_names)
             steps = _fmt([float(s["env_steps"]) for s in runs]).split(" ")[0] if runs else "n/a"
             wall = _fmt([s["wall_seconds"] for s in runs]).split(" ")[0] if runs else "n/a"
             label = f"{algo} ({len(runs)} seeds{', ' + str(failed) + ' failed' if failed else ''})"

@@ -1,9 +1,10 @@
 """Collector throughput on mpe2 simple_spread: joint env steps per second.
 
 Compares mpe2's own ``parallel_env`` (single process, random actions: the reference speed), the
-lock-step :class:`~grpo_marl.marl.vector.MarlVecEnv` with 0..W worker processes (random
-actions), and the full GRPO episode collector (policy forward + sampling + storage) at the
-same widths. Writes a markdown table.
+vector env of :func:`grpo_marl.vec.make_vec_env` over the mpe2 driver with 0 (in-process) .. W
+worker processes and, where one exists, the batched numpy port (random actions), and the full
+GRPO episode collector (policy forward + sampling + storage) at the same widths. Writes a
+markdown table.
 
     python benchmarks/marl_speed.py --envs 128 --workers 0 1 2 --out benchmarks/results/marl_speed.md
 
@@ -13,7 +14,6 @@ The machine is shared: the figures are only comparable within one invocation.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 import time
 from pathlib import Path
@@ -23,12 +23,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from grpo_marl.collectors import EpisodeCollector
+from grpo_marl.errors import UserInputError
+from grpo_marl.groups import AgentGroups
 from grpo_marl.marl.envs import make_parallel_env
-from grpo_marl.marl.groups import AgentGroups
-from grpo_marl.marl.policy import MultiAgentPolicy
 from grpo_marl.marl.references import RandomPolicy
-from grpo_marl.marl.rollout import MarlEpisodeCollector
-from grpo_marl.marl.vector import MarlVecEnv
+from grpo_marl.policies.mlp import ActorPolicy
+from grpo_marl.registry import get_spec
+from grpo_marl.vec import VecEnv, make_vec_env
 
 
 def mpe2_reference(env: str, seconds: float) -> float:
@@ -46,28 +48,37 @@ def mpe2_reference(env: str, seconds: float) -> float:
     return n / (time.perf_counter() - start)
 
 
-def vec_random(env: str, num_envs: int, workers: int, episodes: int) -> float:
-    vec = MarlVecEnv(functools.partial(make_parallel_env, env), num_envs, num_workers=workers)
-    policy = RandomPolicy(0)
+def make_vec(env: str, num_envs: int, workers: int | None) -> VecEnv:
+    """mpe2 driver in-process (``workers=0``) or in ``workers`` processes; ``None``: the batched port."""
+    if workers is None:
+        return make_vec_env(get_spec(env), num_envs, vectorization="native")
+    vectorization = "async" if workers > 0 else "sync"
+    return make_vec_env(get_spec(env), num_envs, vectorization=vectorization, num_workers=workers)
+
+
+def vec_random(env: str, num_envs: int, workers: int | None, episodes: int) -> float:
+    vec = make_vec(env, num_envs, workers)
+    policy = RandomPolicy(AgentGroups.from_layout(vec.layout), 0)
     n = 0
     start = time.perf_counter()
     for k in range(episodes):
         step = vec.reset([k * num_envs + i for i in range(num_envs)])
         while not step.env_done.all():
             live = int((~step.env_done).sum())
-            step = vec.step(policy(step))
+            mask = None if step.action_mask is None else torch.as_tensor(step.action_mask)
+            actions, _ = policy.act(torch.as_tensor(step.obs), mask)
+            step = vec.step(policy.to_env(actions))
             n += live
     out = n / (time.perf_counter() - start)
     vec.close()
     return out
 
 
-def collector(env: str, num_envs: int, workers: int, collections: int) -> float:
-    fn = functools.partial(make_parallel_env, env)
-    groups = AgentGroups.from_env(fn())
-    vec = MarlVecEnv(fn, num_envs, num_workers=workers)
-    col = MarlEpisodeCollector(vec, groups, num_envs // 8, 8)
-    policy = MultiAgentPolicy(groups)
+def collector(env: str, num_envs: int, workers: int | None, collections: int) -> float:
+    vec = make_vec(env, num_envs, workers)
+    groups = AgentGroups.from_layout(vec.layout)
+    col = EpisodeCollector(vec, groups, num_envs // 8, 8, env_name=env)
+    policy = ActorPolicy(groups)
     col.collect(policy)  # warm-up
     steps0 = col.total_env_steps
     start = time.perf_counter()
@@ -76,6 +87,14 @@ def collector(env: str, num_envs: int, workers: int, collections: int) -> float:
     out = (col.total_env_steps - steps0) / (time.perf_counter() - start)
     vec.close()
     return out
+
+
+def has_port(env: str) -> bool:
+    try:
+        make_vec(env, 1, None).close()
+    except UserInputError:
+        return False
+    return True
 
 
 def main() -> None:
@@ -88,10 +107,17 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     rows = [("mpe2 parallel_env, 1 process, random actions", mpe2_reference(args.env, 5.0))]
-    for w in args.workers:
-        rows.append((f"MarlVecEnv x{args.envs}, {w} workers, random actions", vec_random(args.env, args.envs, w, args.episodes)))
-    for w in args.workers:
-        rows.append((f"GRPO collector x{args.envs}, {w} workers, MLP policy", collector(args.env, args.envs, w, args.episodes)))
+    widths: list[tuple[str, int | None]] = [(f"{w} workers", w) for w in args.workers]
+    if has_port(args.env):
+        widths.append(("batched numpy port", None))
+    for label, w in widths:
+        rows.append(
+            (f"vector env x{args.envs}, {label}, random actions", vec_random(args.env, args.envs, w, args.episodes))
+        )
+    for label, w in widths:
+        rows.append(
+            (f"GRPO collector x{args.envs}, {label}, MLP policy", collector(args.env, args.envs, w, args.episodes))
+        )
     lines = [f"# Collector speed on {args.env} (joint env steps / s)", "", "| setup | env steps/s |", "|---|---:|"]
     lines += [f"| {name} | {sps:,.0f} |" for name, sps in rows]
     text = "\n".join(lines) + "\n"
