@@ -19,8 +19,11 @@ def _load(name: str):
 def test_references_table(tmp_path: Path, monkeypatch) -> None:
     bench = _load("marl")
     out = tmp_path / "refs.md"
-    monkeypatch.setattr(sys, "argv", ["marl.py", "--tasks", "simple_spread", "--references-only",
-                                      "--ref-episodes", "20", "--out", str(out)])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["marl.py", "--tasks", "simple_spread", "--references-only", "--ref-episodes", "20", "--out", str(out)],
+    )
     bench.main()
     text = out.read_text()
     assert "scripted greedy assignment (20 ep)" in text and "random (20 ep)" in text
@@ -31,8 +34,9 @@ def test_speed_table(tmp_path: Path, monkeypatch) -> None:
     speed = _load("marl_speed")
     monkeypatch.setattr(speed, "mpe2_reference", lambda env, seconds: 1.0)
     out = tmp_path / "speed.md"
-    monkeypatch.setattr(sys, "argv", ["marl_speed.py", "--envs", "16", "--workers", "0", "2",
-                                      "--episodes", "1", "--out", str(out)])
+    monkeypatch.setattr(
+        sys, "argv", ["marl_speed.py", "--envs", "16", "--workers", "0", "2", "--episodes", "1", "--out", str(out)]
+    )
     speed.main()
     text = out.read_text()
     assert "2 workers, random actions" in text and "GRPO collector x16, 0 workers" in text
@@ -84,10 +88,21 @@ def test_report_states_the_final_evaluation_size(tmp_path: Path) -> None:
     for seed, episodes in ((1, 1000), (2, 1000)):
         run_dir = tmp_path / "runs" / "simple_spread" / "grpo" / f"seed{seed}"
         run_dir.mkdir(parents=True)
-        (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 100, "time/wall_s": 1.0, "eval/return_mean": -10.0}) + "\n")
-        (run_dir / "summary.json").write_text(json.dumps({
-            "env_steps": 100, "wall_seconds": 1.0, "eval/return_mean": -9.0, "eval/return_std": 3.0,
-            "eval/episodes": episodes, "status": "finished"}))
+        (run_dir / "metrics.jsonl").write_text(
+            json.dumps({"step": 100, "time/wall_s": 1.0, "eval/return_mean": -10.0}) + "\n"
+        )
+        (run_dir / "summary.json").write_text(
+            json.dumps(
+                {
+                    "env_steps": 100,
+                    "wall_seconds": 1.0,
+                    "eval/return_mean": -9.0,
+                    "eval/return_std": 3.0,
+                    "eval/episodes": episodes,
+                    "status": "finished",
+                }
+            )
+        )
         runs[("simple_spread", "grpo", seed)] = read_run(run_dir)
     meta = {"seeds": [1, 2], "jobs": 1, "cpus": 2, "smoke": False, "generated": "now"}
     write_report(suite, tmp_path, runs, meta)
