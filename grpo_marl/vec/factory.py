@@ -99,7 +99,8 @@ def make_vec_env(
         if spec.kind == "gymnasium" and target in ("CartPole-v1", "CartPole-v0"):
             from grpo_marl.vec.native import NativeCartPoleVec
 
-            limit = 200 if target == "CartPole-v0" else 500
+            # env_kwargs.max_episode_steps overrides the registered limit, as gym.make's does
+            limit = int(env_kwargs.pop("max_episode_steps", None) or (200 if target == "CartPole-v0" else 500))
             return NativeCartPoleVec(num_envs, max_episode_steps=limit, name=target, **env_kwargs)
         port = port_class(target) if target else None
         if port is not None and (vectorization == "native" or target in AUTO_PORTS):
