@@ -11,10 +11,11 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 from pettingzoo.test import parallel_api_test
 
-from grpo_marl.collectors import evaluate_policy
+from grpo_marl.collectors import EpisodeCollector, evaluate_policy
 from grpo_marl.errors import UserInputError
 from grpo_marl.groups import AgentGroups
 from grpo_marl.marl.references import GreedyLandmarkPolicy, RandomPolicy
+from grpo_marl.policies.mlp import ActorPolicy
 from grpo_marl.registry import get_spec
 from grpo_marl.vec import VecEnv, make_vec_env
 from grpo_marl.vec.drivers import PettingZooDriver
@@ -119,6 +120,36 @@ def test_agents_leaving_and_action_masks(num_workers: int) -> None:
     after = vec.step(np.full((2, 2), 1))
     assert after.env_done.tolist() == [True, False] and after.rewards[1].tolist() == [1, 1]
     vec.close()
+
+
+def _toy_batch(num_workers: int):
+    vec = toy_vec(4, num_workers)
+    groups = AgentGroups.from_layout(vec.layout)
+    torch.manual_seed(0)
+    policy = ActorPolicy(groups)
+    col = EpisodeCollector(vec, groups, num_groups=2, group_size=2, seed=1, env_name="toy_leave")
+    try:
+        return col.collect(policy), col
+    finally:
+        vec.close()
+
+
+def test_episode_collector_masks_leaving_agents_and_workers_match() -> None:
+    """Rows of agents that leave end with them; env action masks reach the batch and the sampler;
+    the collector gives the same batch over worker processes as in-process."""
+    batch, col = _toy_batch(0)
+    # seed grouping: [stayer of envs 0, 1], [quitter of envs 0, 1], ... (rollout e * A + a)
+    assert batch.group_size == 2 and batch.num_groups == 4
+    agent = batch["agent"][:, 0]
+    steps = batch.mask.sum(1)
+    assert steps[agent == 0].tolist() == [4] * 4 and steps[agent == 1].tolist() == [2] * 4
+    assert col.total_env_steps == 4 * 4
+    stayer = batch["actions"][agent == 0][batch.mask[agent == 0]]
+    assert stayer.numel() == 16 and not (stayer == 0).any()  # its action 0 is masked
+    assert batch["action_mask"][agent == 0][..., 0].logical_not().all()
+    remote, _ = _toy_batch(2)
+    for key in ("obs", "actions", "logp", "rewards", "mask", "action_mask"):
+        torch.testing.assert_close(batch[key], remote[key])
 
 
 def test_centralized_state_is_refused_for_an_env_without_one() -> None:
