@@ -1,85 +1,98 @@
-"""Vector envs and snapshots: a restore reproduces the future exactly (TimeLimit counter and env RNG
-included), same-seed resets give identical group members, and finished envs follow SAME_STEP
-autoreset semantics (the returned obs starts the next episode; the last real obs is ``final_obs``)."""
+"""Vector envs (:mod:`grpo_marl.vec`) under their one contract, for every env kind: a snapshot
+restore reproduces the future exactly (time-limit counter and env RNG included), same-seed resets
+give identical group members, per-env seeds draw like ``gym.make(id).reset(seed=seed)``, finished
+envs are frozen until the collector resets them (no automatic reset), and env failures name the
+env, the vector index and the reset seed."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
+from grpo_marl.errors import EnvError, UserInputError
 from grpo_marl.registry import get_spec
-from grpo_marl.snapshot import restore_env, snapshot_env
-from grpo_marl.vector import GymVecEnv, NativeCartPoleVecEnv, VecEnv, make_vec_env
+from grpo_marl.vec import SnapshotUnsupported, Step, VecEnv, make_vec_env
+from grpo_marl.vec.local import LocalVec
+from grpo_marl.vec.native import NativeCartPoleVec
+from grpo_marl.vec.ports.classic import PendulumVec
+from grpo_marl.vec.ports.mpe import SimpleSpreadVec
+from grpo_marl.vec.snapshot import restore_env, snapshot_env
+from grpo_marl.vec.workers import WorkerVec
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-# name -> (gymnasium id, vectorization)
+# name -> (registered env, vectorization): every vector env kind (numpy-batched CartPole and ports,
+# Gymnasium in-process and in workers, PettingZoo in-process and in workers).
 ENVS = {
-    "cartpole-native": ("CartPole-v1", "native"),
-    "cartpole-sync": ("CartPole-v1", "sync"),
-    "acrobot": ("Acrobot-v1", "sync"),
-    "pendulum": ("Pendulum-v1", "sync"),
-    "mountaincar_continuous": ("MountainCarContinuous-v0", "sync"),
+    "cartpole-native": ("cartpole", "native"),
+    "cartpole-gymvec": ("cartpole", "gymvec"),  # NativeCartPoleVec over Gymnasium's CartPoleVectorEnv
+    "cartpole-sync": ("cartpole", "sync"),
+    "cartpole-async": ("cartpole", "async"),
+    "acrobot-port": ("acrobot", "native"),
+    "acrobot-sync": ("acrobot", "sync"),
+    "pendulum-port": ("pendulum", "native"),
+    "pendulum-sync": ("pendulum", "sync"),
+    "mountaincar_continuous-sync": ("mountaincar_continuous", "sync"),
+    "simple_spread-port": ("simple_spread", "native"),
+    "simple_spread-sync": ("simple_spread", "sync"),
+    "simple_spread-async": ("simple_spread", "async"),
 }
 
 
 def build(name: str, num_envs: int, max_steps: int) -> VecEnv:
-    gym_id, how = ENVS[name]
-    if how == "native":
-        return NativeCartPoleVecEnv(num_envs, max_episode_steps=max_steps)
-    return GymVecEnv([lambda: gym.make(gym_id, max_episode_steps=max_steps)] * num_envs)
+    env, how = ENVS[name]
+    if how == "gymvec":
+        return NativeCartPoleVec(num_envs, max_episode_steps=max_steps)
+    spec = get_spec(env)
+    limit = {"max_cycles": max_steps} if spec.kind == "pettingzoo" else {"max_episode_steps": max_steps}
+    vec = make_vec_env(spec, num_envs, limit, vectorization=how)
+    assert vec.max_episode_steps == max_steps
+    return vec
 
 
-def controller(name: str, seed: int) -> Callable[[np.ndarray, int], np.ndarray]:
-    """Actions for a ``[N, obs]`` batch at time t. CartPole gets a balancing feedback law, so time
+def controller(vec: VecEnv, seed: int) -> Callable[[np.ndarray, int], np.ndarray]:
+    """Actions for ``obs[E, A, D]`` at time t. CartPole gets a balancing feedback law, so time
     limits (not pole falls) end the episodes under test; the others get a fixed random sequence
-    shared by every row (they cannot terminate within the short horizons used here)."""
-    if name.startswith("cartpole"):
-        return lambda obs, t: (3.0 * obs[:, 2] + obs[:, 3] > 0).astype(np.int64)
-    space = gym.make(ENVS[name][0]).action_space
+    shared by every env (they cannot terminate within the short horizons used here)."""
+    lay = vec.layout
+    if lay.obs_dims == (4,) and lay.n_actions == (2,):
+        return lambda obs, t: (3.0 * obs[:, :, 2] + obs[:, :, 3] > 0).astype(np.int64)
     rng = np.random.default_rng(seed)
-    seq = [
-        rng.integers(space.n) if isinstance(space, gym.spaces.Discrete)
-        else rng.uniform(space.low, space.high).astype(np.float32)
-        for _ in range(200)
-    ]
+    seq = []
+    for _ in range(200):
+        a = lay.action_array(1)[0]
+        for j, space in enumerate(lay.action_spaces):
+            if lay.continuous:
+                a[j, : lay.action_dims[j]] = rng.uniform(space.low, space.high).astype(np.float32)
+            else:
+                a[j] = rng.integers(space.n)
+        seq.append(a)
     return lambda obs, t: np.stack([seq[t]] * obs.shape[0])
 
 
-def rollout(vec: VecEnv, obs: np.ndarray, act, t0: int, steps: int) -> list[tuple]:
-    """Step ``steps`` times; per step (obs, reward, terminated, truncated, final_obs or None)."""
+def rollout(vec: VecEnv, obs: np.ndarray, act: Callable, t0: int, steps: int) -> list[Step]:
     out = []
     for t in range(t0, t0 + steps):
-        s = vec.step(act(obs, t))
-        finals = None if s.final_obs is None else s.final_obs.copy()
-        out.append((s.obs.copy(), s.reward.copy(), s.terminated.copy(), s.truncated.copy(), finals))
+        s = vec.step(act(obs, t)).copy()
+        out.append(s)
         obs = s.obs
     return out
 
 
-def row(traj: list[tuple], i: int, until_done: bool) -> list[tuple]:
-    """Env i's view of a trajectory: the native env's resets draw from a vector-level RNG that is
-    not part of a per-env snapshot, so its comparison stops at the first finished episode."""
-    res = []
-    for obs, rew, term, trunc, finals in traj:
-        done = bool(term[i] or trunc[i])
-        res.append((None if (done and until_done) else obs[i], rew[i], term[i], trunc[i], finals[i] if done else None))
-        if done and until_done:
-            break
-    return res
+def row(traj: list[Step], i: int) -> list[tuple[np.ndarray, ...]]:
+    """Env i's view of a trajectory (every field of the step record)."""
+    return [(s.obs[i], s.rewards[i], s.terminated[i], s.truncated[i], s.alive[i], s.env_done[i]) for s in traj]
 
 
 def assert_same(a: list[tuple], b: list[tuple]) -> None:
     assert len(a) == len(b)
-    for t, (x, y) in enumerate(zip(a, b)):
-        for u, v in zip(x, y):
-            if u is None or v is None:
-                assert u is None and v is None, f"step {t}"
-            else:
-                np.testing.assert_array_equal(u, v, err_msg=f"step {t}")
+    for t, (x, y) in enumerate(zip(a, b, strict=True)):
+        for u, v in zip(x, y, strict=True):
+            np.testing.assert_array_equal(u, v, err_msg=f"step {t}")
 
 
 @pytest.mark.parametrize("name", sorted(ENVS))
@@ -87,30 +100,35 @@ def test_restore_reproduces_next_steps(name: str) -> None:
     max_steps, warmup, horizon = 30, 20, 16  # the replay crosses the time limit at step 10
     n = 3
     vec, fresh = build(name, n, max_steps), build(name, n, max_steps)
-    native = ENVS[name][1] == "native"
-    act = controller(name, seed=0)
+    act = controller(vec, seed=0)
     try:
-        obs = vec.reset([11, 12, 13])
+        obs = vec.reset([11, 12, 13]).obs
         for t in range(warmup):
             obs = vec.step(act(obs, t)).obs
-        snap = vec.snapshot(0)
+        snap = vec.snapshot([0])
         start = obs[0].copy()
-        ref = row(rollout(vec, obs, act, warmup, horizon), 0, until_done=native)
-        # The episode is cut by the time limit 10 steps in: the TimeLimit counter was captured.
-        assert ref[max_steps - warmup - 1][3], "expected a truncation inside the replay"
-        assert not any(step[2] for step in ref), "expected no termination (the test is about time limits)"
+        ref = row(rollout(vec, obs, act, warmup, horizon), 0)
+        # The episode is cut by the time limit 10 steps in: the time-limit counter was captured.
+        cut = max_steps - warmup - 1
+        assert ref[cut][3].all() and ref[cut][5], "expected a truncation inside the replay"
+        assert not any(step[2].any() for step in ref), "expected no termination (the test is about time limits)"
+        assert all(not step[5] for step in ref[:cut])
+        # No automatic reset: the finished env is frozen on its final observation.
+        for step in ref[cut + 1 :]:
+            np.testing.assert_array_equal(step[0], ref[cut][0])
+            assert not step[1].any() and not step[3].any() and not step[4].any() and step[5]
 
-        # Restore into every env of the same vector env (mid-episode, other histories) ...
-        vec.restore(range(n), snap)
+        # Restore into every env of the same vector env (mid-episode or finished, other histories) ...
+        vec.restore(range(n), snap * n)
         replay = rollout(vec, np.stack([start] * n), act, warmup, horizon)
         for i in range(n):
-            assert_same(row(replay, i, until_done=native), ref)
+            assert_same(row(replay, i), ref)
 
         # ... and into a freshly reset vector env whose counters are all 0.
         fresh.reset([0, 1, 2])
         fresh.restore([2], snap)
         replay = rollout(fresh, np.stack([start] * n), act, warmup, horizon)
-        assert_same(row(replay, 2, until_done=native), ref)
+        assert_same(row(replay, 2), ref)
     finally:
         vec.close()
         fresh.close()
@@ -120,14 +138,17 @@ def test_restore_reproduces_next_steps(name: str) -> None:
 def test_snapshot_is_independent_of_later_steps(name: str) -> None:
     """Stepping after a snapshot must not mutate it (no shared arrays or RNG objects)."""
     vec = build(name, 2, 50)
-    act = controller(name, seed=1)
+    act = controller(vec, seed=1)
     try:
-        obs = vec.reset([3, 4])
-        snap = vec.snapshot(0)
+        obs = vec.reset([3, 4]).obs
+        snap = vec.snapshot([0])
         first = rollout(vec, obs, act, 0, 5)
-        vec.restore([0, 1], snap)
+        vec.restore([0, 1], snap * 2)
         second = rollout(vec, np.stack([obs[0]] * 2), act, 0, 5)
-        assert_same(row(first, 0, until_done=True), row(second, 1, until_done=True))
+        assert_same(row(first, 0), row(second, 1))
+        vec.restore([1], snap)  # a snapshot stays reusable
+        third = rollout(vec, np.stack([obs[0]] * 2), act, 0, 5)
+        assert_same(row(first, 0), row(third, 1))
     finally:
         vec.close()
 
@@ -137,48 +158,93 @@ def test_same_seed_same_start_within_group(name: str) -> None:
     vec = build(name, 6, 50)
     try:
         seeds = [5, 5, 5, 9, 9, 9]
-        obs = vec.reset(seeds)
+        obs = vec.reset(seeds).obs
         np.testing.assert_array_equal(obs[0], obs[1])
         np.testing.assert_array_equal(obs[0], obs[2])
         np.testing.assert_array_equal(obs[3], obs[4])
         np.testing.assert_array_equal(obs[3], obs[5])
         assert not np.array_equal(obs[0], obs[3])
-        np.testing.assert_array_equal(vec.reset(seeds), obs)  # reproducible
+        np.testing.assert_array_equal(vec.reset(seeds).obs, obs)  # reproducible
         # Members of a group then evolve identically under identical actions.
-        act = controller(name, seed=2)
-        traj = rollout(vec, obs, act, 0, 8)
-        assert_same(row(traj, 0, until_done=True), row(traj, 2, until_done=True))
-        assert_same(row(traj, 3, until_done=True), row(traj, 5, until_done=True))
+        traj = rollout(vec, obs, controller(vec, seed=2), 0, 8)
+        assert_same(row(traj, 0), row(traj, 2))
+        assert_same(row(traj, 3), row(traj, 5))
+        # A subset reset touches only its rows (returned in the order asked).
+        again = vec.reset([9, 5], indices=[4, 1])
+        np.testing.assert_array_equal(again.obs, obs[[3, 0]])
     finally:
         vec.close()
 
 
-@pytest.mark.parametrize("gym_id", ["CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCarContinuous-v0"])
-def test_same_step_autoreset_matches_single_envs(gym_id: str) -> None:
-    """Sync vector env vs. one plain env per slot, reset by hand when an episode ends."""
-    seeds = [21, 22, 23]
+CASES = [
+    ("CartPole-v1", "native"),
+    ("CartPole-v1", "gymvec"),
+    ("CartPole-v1", "sync"),
+    ("CartPole-v1", "async"),
+    ("Acrobot-v1", "native"),
+    ("Acrobot-v1", "sync"),
+    ("Pendulum-v1", "native"),
+    ("Pendulum-v1", "sync"),
+    ("MountainCarContinuous-v0", "native"),
+    ("MountainCarContinuous-v0", "sync"),
+]
+
+
+@pytest.mark.parametrize("gym_id, vectorization", CASES)
+def test_trajectories_equal_single_gymnasium_envs(gym_id: str, vectorization: str) -> None:
+    """Every vector env vs. one plain ``gym.make`` env per slot: ``reset(seeds)`` starts where
+    ``env.reset(seed=seed)`` does, steps agree, and an env whose episode ended stays frozen (final
+    observation, zero reward, ``env_done``) until it is reset, here one full step later."""
     max_steps = 12
-    vec = GymVecEnv([lambda: gym.make(gym_id, max_episode_steps=max_steps)] * 3)
-    singles = [gym.make(gym_id, max_episode_steps=max_steps) for _ in seeds]
+    n = 3
+    if vectorization == "gymvec":
+        vec: VecEnv = NativeCartPoleVec(n, max_episode_steps=max_steps)
+    else:
+        vec = make_vec_env(get_spec(f"gym:{gym_id}"), n, {"max_episode_steps": max_steps}, vectorization=vectorization)
+    singles = [gym.make(gym_id, max_episode_steps=max_steps) for _ in range(n)]
+    exact = vectorization in ("sync", "async")  # batched numpy may differ from math.sin/cos in the last bit
+
+    def same(u: Any, v: Any) -> None:
+        if exact:
+            np.testing.assert_array_equal(u, v)
+        else:
+            np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-6)
+
     rng = np.random.default_rng(0)
     space = singles[0].action_space
     try:
-        obs = vec.reset(seeds)
-        for env, s, o in zip(singles, seeds, obs):
-            np.testing.assert_array_equal(env.reset(seed=s)[0], o)
+        first = vec.reset([21, 22, 23])
+        for env, s, o in zip(singles, [21, 22, 23], first.obs, strict=True):
+            same(o[0], env.reset(seed=s)[0])
+        frozen: dict[int, tuple[int, np.ndarray]] = {}  # env -> (step it ended, final obs)
         dones = 0
-        for _ in range(40):
-            actions = np.stack([_sample(space, rng) for _ in seeds])
+        for k in range(60):
+            actions = vec.layout.action_array(n)
+            for i in range(n):
+                actions[i, 0] = _sample(space, rng)
             out = vec.step(actions)
             for i, env in enumerate(singles):
-                o, r, term, trunc, _ = env.step(actions[i])
-                assert (out.terminated[i], out.truncated[i]) == (term, trunc)
-                assert out.reward[i] == np.float32(r)
+                if i in frozen:
+                    np.testing.assert_array_equal(out.obs[i, 0], frozen[i][1])
+                    assert out.rewards[i, 0] == 0 and out.env_done[i] and not out.alive[i, 0]
+                    assert not out.terminated[i, 0] and not out.truncated[i, 0]
+                    continue
+                o, r, term, trunc, _ = env.step(actions[i, 0] if vec.layout.continuous else int(actions[i, 0]))
+                assert (bool(out.terminated[i, 0]), bool(out.truncated[i, 0])) == (term, trunc)
+                same(out.rewards[i, 0], np.float32(r))
+                same(out.obs[i, 0], o)
+                assert bool(out.env_done[i]) == (term or trunc) == (not out.alive[i, 0])
                 if term or trunc:
                     dones += 1
-                    np.testing.assert_array_equal(out.final_obs[i], o)  # the last real obs
-                    o, _ = env.reset()  # the next episode starts in the same step
-                np.testing.assert_array_equal(out.obs[i], o)
+                    frozen[i] = (k, out.obs[i, 0].copy())
+            # The collector's part: reset envs that have been frozen for a whole step.
+            due = [i for i, (ended, _) in frozen.items() if ended < k]
+            if due:
+                seeds = [int(s) for s in rng.integers(0, 2**31 - 1, size=len(due))]
+                fresh = vec.reset(seeds, indices=due)
+                for j, (i, s) in enumerate(zip(due, seeds, strict=True)):
+                    same(fresh.obs[j, 0], singles[i].reset(seed=s)[0])
+                    del frozen[i]
         assert dones >= 3
     finally:
         vec.close()
@@ -186,67 +252,39 @@ def test_same_step_autoreset_matches_single_envs(gym_id: str) -> None:
             env.close()
 
 
-def _sample(space: gym.Space, rng: np.random.Generator) -> np.ndarray:
+def _sample(space: gym.Space, rng: np.random.Generator) -> Any:
     if isinstance(space, gym.spaces.Discrete):
         return np.int64(rng.integers(space.n))
     return rng.uniform(space.low, space.high).astype(np.float32)
 
 
-def test_native_cartpole_same_step_autoreset() -> None:
-    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
-
-    vec = NativeCartPoleVecEnv(4, max_episode_steps=15)
-    single = CartPoleEnv()
-    single.reset(seed=0)
-    rng = np.random.default_rng(1)
-    vec.reset([1, 2, 3, 4])
-    ends = {"terminated": 0, "truncated": 0}
-    steps_before = vec.env.steps.copy()
-    for _ in range(60):
-        state_before = vec.env.state.copy()
-        actions = rng.integers(0, 2, size=4)
-        out = vec.step(actions)
-        for i in range(4):
-            single.state = state_before[:, i].copy()
-            single.steps_beyond_terminated = None
-            o, r, term, _, _ = single.step(int(actions[i]))
-            trunc = steps_before[i] + 1 >= 15
-            assert out.reward[i] == r == 1.0
-            assert bool(out.terminated[i]) == term
-            assert bool(out.truncated[i]) == trunc
-            if term or trunc:
-                ends["terminated" if term else "truncated"] += 1
-                np.testing.assert_allclose(out.final_obs[i], o, rtol=1e-6, atol=1e-7)
-                # The returned obs already starts the next episode: a fresh initial state.
-                assert np.all(np.abs(out.obs[i]) <= 0.05)
-                assert vec.env.steps[i] == 0
-            else:
-                np.testing.assert_allclose(out.obs[i], o, rtol=1e-6, atol=1e-7)
-        steps_before = vec.env.steps.copy()
-    assert ends["terminated"] > 0 and ends["truncated"] > 0
-
-
-def test_restored_sync_env_is_not_awaiting_reset() -> None:
-    """Restoring a mid-episode snapshot into a slot that just finished must not make the vector
-    env reset that slot on the next step."""
-    vec = GymVecEnv([lambda: gym.make("Pendulum-v1", max_episode_steps=3)] * 2)
-    single = gym.make("Pendulum-v1", max_episode_steps=3)
+@pytest.mark.parametrize(
+    "name", ["cartpole-native", "cartpole-gymvec", "pendulum-sync", "pendulum-port", "simple_spread-async"]
+)
+def test_restore_revives_a_finished_env(name: str) -> None:
+    """Restoring a mid-episode snapshot into a slot whose episode just ended makes it step again
+    (continued, not reset), while the other finished slot stays frozen."""
+    vec, other = build(name, 2, 3), build(name, 2, 3)
+    act = controller(vec, seed=3)
     try:
-        single.reset(seed=0)
-        single.step(np.zeros(1, np.float32))
-        snap = snapshot_env(single)  # one step into an episode
-        expected = single.step(np.ones(1, np.float32))[0]
-        vec.reset([0, 1])
-        for _ in range(3):
-            out = vec.step(np.zeros((2, 1), np.float32))
-        assert out.truncated.all()  # every slot just finished an episode
+        obs = other.reset([0, 0]).obs
+        obs = other.step(act(obs, 0)).obs
+        snap, snap_obs = other.snapshot([0]), obs[0].copy()  # one step into an episode
+        expected = other.step(act(obs, 1))
+        obs = vec.reset([4, 5]).obs
+        for t in range(3):
+            out = vec.step(act(obs, t))
+            obs = out.obs
+        assert out.truncated.all() and out.env_done.all()  # every slot just finished an episode
         vec.restore([1], snap)
-        out = vec.step(np.ones((2, 1), np.float32))
-        np.testing.assert_array_equal(out.obs[1], expected)  # continued, not reset
-        assert not out.truncated[1] and not out.terminated[1]
+        out = vec.step(act(np.stack([snap_obs] * 2), 1))
+        np.testing.assert_array_equal(out.obs[1], expected.obs[0])  # continued, not reset
+        np.testing.assert_array_equal(out.rewards[1], expected.rewards[0])
+        assert not out.truncated[1].any() and not out.terminated[1].any() and not out.env_done[1]
+        assert out.env_done[0] and not out.rewards[0].any()  # still frozen
     finally:
         vec.close()
-        single.close()
+        other.close()
 
 
 def test_snapshot_roundtrip_on_wrapped_env() -> None:
@@ -263,36 +301,68 @@ def test_snapshot_roundtrip_on_wrapped_env() -> None:
         restore_env(gym.make("Pendulum-v1"), snap)
 
 
-def test_async_cannot_snapshot() -> None:
-    vec = make_vec_env(get_spec("cartpole"), 2, vectorization="async")
-    try:
-        assert not vec.supports_snapshot
-        vec.reset([0, 1])
-        with pytest.raises(NotImplementedError, match="vectorization=sync"):
-            vec.snapshot(0)
-    finally:
-        vec.close()
+def test_vec_env_without_snapshots_says_what_to_change() -> None:
+    class Plain(VecEnv):
+        num_envs, name = 1, "plain"
+
+    with pytest.raises(SnapshotUnsupported, match=r"\(env 'plain'\) cannot snapshot .*vec.vectorization=sync"):
+        Plain().snapshot([0])
+    with pytest.raises(SnapshotUnsupported):
+        Plain().get_state()
 
 
 @pytest.mark.parametrize(
-    "name, vectorization, cls",
+    "name, vectorization, cls, limit",
     [
-        ("cartpole", "auto", NativeCartPoleVecEnv),
-        ("cartpole", "native", NativeCartPoleVecEnv),
-        ("cartpole", "sync", GymVecEnv),
-        ("pendulum", "auto", GymVecEnv),
+        ("cartpole", "auto", None, 500),
+        ("cartpole", "native", None, 500),
+        ("cartpole", "sync", LocalVec, 500),
+        ("cartpole", "async", WorkerVec, 500),
+        ("pendulum", "auto", PendulumVec, 200),
+        ("pendulum", "sync", LocalVec, 200),
+        ("simple_spread", "auto", SimpleSpreadVec, 25),
+        ("simple_spread", "sync", LocalVec, 25),
+        ("simple_spread", "async", WorkerVec, 25),
     ],
 )
-def test_make_vec_env_choice(name: str, vectorization: str, cls: type) -> None:
+def test_make_vec_env_choice(name: str, vectorization: str, cls: type | None, limit: int) -> None:
+    """``cls`` None: a numpy-batched CartPole (not one env stepped at a time)."""
     vec = make_vec_env(get_spec(name), 4, vectorization=vectorization)
     try:
-        assert isinstance(vec, cls)
-        assert vec.num_envs == 4
-        assert vec.max_episode_steps == {"cartpole": 500, "pendulum": 200}[name]
+        assert isinstance(vec, cls) if cls is not None else not isinstance(vec, (LocalVec, WorkerVec))
+        assert vec.num_envs == 4 and vec.max_episode_steps == limit
+        assert vec.supports_snapshot
+        assert vec.layout.num_agents == (3 if name == "simple_spread" else 1)
     finally:
         vec.close()
 
 
+def test_native_cartpole_takes_the_env_kwargs_time_limit() -> None:
+    vec = make_vec_env(get_spec("cartpole"), 2, {"max_episode_steps": 7}, vectorization="native")
+    assert not isinstance(vec, (LocalVec, WorkerVec)) and vec.max_episode_steps == 7
+    step = vec.reset([1, 2])
+    for _ in range(7):
+        step = vec.step(np.stack([np.arange(2) % 2] * 1, 1))
+    assert step.env_done.all() and step.truncated.any()
+
+
 def test_native_unavailable_is_explained() -> None:
-    with pytest.raises(ValueError, match="no native vector implementation; use sync or async"):
-        make_vec_env(get_spec("pendulum"), 2, vectorization="native")
+    with pytest.raises(UserInputError, match="no native .*set vec.vectorization=sync or async"):
+        make_vec_env(get_spec("tests.custom_envs:bandit"), 2, vectorization="native")
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_multi_agent_env_failure_names_env_index_and_seed(vectorization: str) -> None:
+    """A PettingZoo env raising in this process or in a worker process comes back as one
+    :class:`EnvError` (a clean training stop) naming the env, the vector index and the reset seed."""
+    vec = make_vec_env(get_spec("tests.failing_envs:crash_marl"), 3, {"after": 4}, vectorization=vectorization)
+    assert isinstance(vec, WorkerVec if vectorization == "async" else LocalVec)
+    try:
+        step = vec.reset([7, 8, 9])
+        with pytest.raises(EnvError, match=r"env 'tests.failing_envs:crash_marl' failed during step") as info:
+            for _ in range(10):
+                step = vec.step(vec.layout.action_array(3))
+        message = str(info.value)
+        assert "vector index 0, reset seed 7" in message and "EnvCrash" in message
+    finally:
+        vec.close()
