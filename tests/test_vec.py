@@ -358,10 +358,10 @@ def test_multi_agent_env_failure_names_env_index_and_seed(vectorization: str) ->
     vec = make_vec_env(get_spec("tests.failing_envs:crash_marl"), 3, {"after": 4}, vectorization=vectorization)
     assert isinstance(vec, WorkerVec if vectorization == "async" else LocalVec)
     try:
-        step = vec.reset([7, 8, 9])
+        assert vec.reset([7, 8, 9]).alive.all()
         with pytest.raises(EnvError, match=r"env 'tests.failing_envs:crash_marl' failed during step") as info:
             for _ in range(10):
-                step = vec.step(vec.layout.action_array(3))
+                vec.step(vec.layout.action_array(3))
         message = str(info.value)
         assert "vector index 0, reset seed 7" in message and "EnvCrash" in message
     finally:
