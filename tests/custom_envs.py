@@ -100,3 +100,21 @@ class MultiBinaryEnv(Bandit):
 
 def multibinary() -> gym.Env:
     return MultiBinaryEnv()
+
+
+class MatrixAction(Bandit):
+    """A one-step env whose Box action is 2-D (2 x 2): it checks that the action arrives in that
+    shape and pays ``action[0, 1] - action[1, 0]`` (order-sensitive, so a transposed or flattened
+    action is caught)."""
+
+    action_space = spaces.Box(-1.0, 1.0, (2, 2), np.float32)
+
+    def step(self, action: Any):  # type: ignore[override]
+        action = np.asarray(action)
+        if action.shape != (2, 2):
+            raise ValueError(f"expected a (2, 2) action, got shape {action.shape}")
+        return np.zeros(1, np.float32), float(action[0, 1] - action[1, 0]), True, False, {}
+
+
+def matrix_action() -> gym.Env:
+    return MatrixAction()

@@ -366,3 +366,18 @@ def test_multi_agent_env_failure_names_env_index_and_seed(vectorization: str) ->
         assert "vector index 0, reset seed 7" in message and "EnvCrash" in message
     finally:
         vec.close()
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_multi_dimensional_box_action_reaches_the_env_in_its_shape(vectorization: str) -> None:
+    """Box actions travel flat in ``[E, A, k]``; a 2 x 2 Box reaches the env as 2 x 2, row-major."""
+    vec = make_vec_env(get_spec("tests.custom_envs:matrix_action"), 2, vectorization=vectorization)
+    try:
+        assert vec.layout.action_dims == (4,) and vec.layout.action_array(2).shape == (2, 1, 4)
+        vec.reset([0, 1])
+        actions = vec.layout.action_array(2)
+        actions[:, 0] = [[0.1, 0.2, 0.3, 0.4], [0.0, -0.5, 0.5, 0.0]]
+        out = vec.step(actions)
+        np.testing.assert_allclose(out.rewards[:, 0], [0.2 - 0.3, -0.5 - 0.5], rtol=1e-6)
+    finally:
+        vec.close()

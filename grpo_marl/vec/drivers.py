@@ -144,6 +144,8 @@ class GymDriver(Driver):
         self.max_episode_steps = time_limit_of(env)
         self._discrete = not self.layout.continuous
         self._act_dim = self.layout.action_dims[0]
+        # Box actions travel flat ([k]); the env gets them in its own shape (e.g. 2 x 2)
+        self._act_shape = None if self._discrete else tuple(env.action_space.shape)
 
     def _reset_one(self, i: int, seed: int, rec: Step, k: int) -> None:
         obs, _ = self.envs[i].reset(seed=seed)
@@ -151,7 +153,10 @@ class GymDriver(Driver):
         rec.alive[k, 0] = True
 
     def _step_one(self, i: int, action: np.ndarray, rec: Step) -> None:
-        act = int(action[0]) if self._discrete else np.asarray(action[0, : self._act_dim], dtype=np.float32)
+        if self._discrete:
+            act = int(action[0])
+        else:
+            act = np.asarray(action[0, : self._act_dim], dtype=np.float32).reshape(self._act_shape)
         obs, reward, terminated, truncated, _ = self.envs[i].step(act)
         self._write(i, rec, i, self._writer, obs, 0)
         rec.rewards[i, 0] = float(reward)
@@ -226,7 +231,12 @@ class PettingZooDriver(Driver):
         if rec.action_mask is not None:
             rec.action_mask[i] = False
         if lay.continuous:
-            act = {a: action[self.index[a], : lay.action_dims[self.index[a]]] for a in env.agents}
+            act = {
+                a: action[self.index[a], : lay.action_dims[self.index[a]]].reshape(
+                    lay.action_spaces[self.index[a]].shape
+                )
+                for a in env.agents
+            }
         else:
             act = {a: int(action[self.index[a]]) for a in env.agents}
         obs, rew, term, trunc, infos = env.step(act)
