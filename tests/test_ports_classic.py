@@ -21,7 +21,13 @@ import pytest
 
 from grpo_marl.errors import EnvError, UserInputError
 from grpo_marl.vec.ports import port_class
-from grpo_marl.vec.ports.classic import AcrobotVec, MountainCarContinuousVec, MountainCarVec, PendulumVec
+from grpo_marl.vec.ports.classic import AcrobotVec, CartPoleVec, MountainCarContinuousVec, MountainCarVec, PendulumVec
+
+
+def _cartpole(obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Push toward the pole's lean, 80% random (episodes of a few dozen steps)."""
+    a = (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
+    return np.where(rng.random(len(obs)) < 0.8, rng.integers(0, 2, len(obs)), a)[:, None]
 
 
 def _acrobot(obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -66,6 +72,8 @@ class Case:
 
 
 CASES = [
+    Case(CartPoleVec, "CartPole-v1", _cartpole, 200),
+    Case(CartPoleVec, "CartPole-v1", _cartpole, 120, {"sutton_barto_reward": True}),
     Case(AcrobotVec, "Acrobot-v1", _acrobot, 250),
     Case(PendulumVec, "Pendulum-v1", _pendulum, 210, terminates=False),
     Case(PendulumVec, "Pendulum-v1", _pendulum, 60, {"g": 9.81}, terminates=False, min_ends=0),
@@ -167,6 +175,11 @@ def _states_and_actions(env_id: str, rng: np.random.Generator) -> tuple[list[np.
     state space, with the boundary cases of every clip, wrap and goal test."""
     n = 600
     f32 = np.float32
+    if env_id == "CartPole-v1":
+        s = rng.uniform([-2.5, -3.0, -0.25, -3.5], [2.5, 3.0, 0.25, 3.5], (n, 4))
+        s[:40, 0] = np.repeat([-2.4, 2.4], 20)  # on the termination bounds
+        s[40:80, 2] = np.repeat([-12 * 2 * np.pi / 360, 12 * 2 * np.pi / 360], 20)
+        return list(s), rng.integers(0, 2, (n, 1))
     if env_id == "Acrobot-v1":
         s = rng.uniform([-np.pi, -np.pi, -4 * np.pi, -9 * np.pi], [np.pi, np.pi, 4 * np.pi, 9 * np.pi], (n, 4))
         s[:50, 2:] = [4 * np.pi, -9 * np.pi]  # at the velocity bounds (the angles wrap more than once)
@@ -235,6 +248,8 @@ def test_one_step_bit_exact_over_the_state_space(case: Case) -> None:
     new_states, obs, rew, term = [], [], [], []
     for state, act in zip(states, actions, strict=True):
         env.state = state.copy()
+        if case.env_id == "CartPole-v1":
+            env.steps_beyond_terminated = None  # a fresh state, not a step after a termination
         o, r, t, _, _ = env.step(int(act[0]) if actions.ndim == 2 else act[0].copy())
         new_states.append(np.asarray(env.state, np.float64))
         obs.append(o)
@@ -255,7 +270,7 @@ def test_time_limit_truncation_equals_gymnasium(env_id: str) -> None:
     assert counts["truncated"] >= 16, counts
 
 
-@pytest.mark.parametrize("env_id", ["Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0"])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0"])
 def test_termination_on_the_last_step_is_also_truncated(env_id: str) -> None:
     """Gymnasium's TimeLimit sets truncated on the limit step even when the env terminates there."""
     case = BY_ENV[env_id]

@@ -2,8 +2,9 @@
 
 ``vec.vectorization``:
 
-* ``native``: one numpy array program over all envs (Gymnasium's ``CartPoleVectorEnv``, or a
-  batched port from :mod:`grpo_marl.vec.ports`);
+* ``native``: one numpy array program over all envs (a batched port from
+  :mod:`grpo_marl.vec.ports`; CartPole's is ``CartPoleVec``, cheaper per step than Gymnasium's
+  ``CartPoleVectorEnv``, which :class:`grpo_marl.vec.native.NativeCartPoleVec` still wraps);
 * ``sync``: every env in this process, stepped one by one (any Gymnasium or PettingZoo env);
 * ``async``: envs in worker processes (for envs whose step costs more than the pipe traffic);
 * ``auto``: ``native`` where an implementation exists, else ``sync`` — for PettingZoo, worker
@@ -97,11 +98,13 @@ def make_vec_env(
     rendering = bool(env_kwargs.get("render_mode"))
     if vectorization in ("auto", "native") and not rendering:
         if spec.kind == "gymnasium" and target in ("CartPole-v1", "CartPole-v0"):
-            from grpo_marl.vec.native import NativeCartPoleVec
+            from grpo_marl.vec.ports.classic import CartPoleVec
 
             # env_kwargs.max_episode_steps overrides the registered limit, as gym.make's does
             limit = int(env_kwargs.pop("max_episode_steps", None) or (200 if target == "CartPole-v0" else 500))
-            return NativeCartPoleVec(num_envs, max_episode_steps=limit, name=target, **env_kwargs)
+            vec = CartPoleVec(num_envs, max_episode_steps=limit, with_state=with_state, **env_kwargs)
+            vec.name = target
+            return vec
         port = port_class(target) if target else None
         if port is not None and (vectorization == "native" or target in AUTO_PORTS):
             return port(num_envs, with_state=with_state, **port_kwargs)

@@ -16,6 +16,7 @@ import importlib
 from typing import Any
 
 PORTS: dict[str, str] = {
+    "CartPole-v1": "grpo_marl.vec.ports.classic:CartPoleVec",
     "Acrobot-v1": "grpo_marl.vec.ports.classic:AcrobotVec",
     "Pendulum-v1": "grpo_marl.vec.ports.classic:PendulumVec",
     "MountainCar-v0": "grpo_marl.vec.ports.classic:MountainCarVec",

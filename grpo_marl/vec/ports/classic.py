@@ -1,5 +1,5 @@
-"""Gymnasium's classic-control envs (Acrobot, Pendulum, MountainCar, MountainCarContinuous) as one
-array program over all envs.
+"""Gymnasium's classic-control envs (CartPole, Acrobot, Pendulum, MountainCar, MountainCarContinuous)
+as one array program over all envs.
 
 Gymnasium steps each of these envs as a Python object, so a vector of them costs a few tens of
 microseconds per env per step -- more than the policy. Here the state of every env is one
@@ -30,6 +30,7 @@ set when the step counter reaches ``max_episode_steps``, also on a step that ter
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -541,3 +542,73 @@ class MountainCarContinuousVec(_ClassicVec):
         obs = np.stack([position, velocity], axis=1)  # float32, as the original's state
         reward = np.where(terminated, 100.0, 0.0) - _pow2(act.astype(np.float64)) * 0.1
         return obs.astype(np.float64), obs, reward, terminated
+
+
+class CartPoleVec(_ClassicVec):
+    """Gymnasium ``CartPole-v1`` (and ``-v0`` with ``max_episode_steps=200``): Euler steps of the
+    cart-pole dynamics with force +-10, terminated when ``|x| > 2.4`` or ``|theta| > 12 deg``;
+    reward 1 per step (``sutton_barto_reward``: 0, and -1 on the terminating step). Kwargs:
+    ``sutton_barto_reward``.
+
+    Gymnasium's own ``CartPoleVectorEnv`` is batched too, but it takes one seed and autoresets, so
+    stepping it under this contract (frozen finished envs, per-env seeds) copies and restores the
+    finished columns every step: ~1.8x this port's CPU time per vector step (32 envs), and on
+    CartPole the env step is a large share of GRPO's collection and evaluation time.
+    """
+
+    name = "CartPole-v1"
+    _ENV_CLASS = "gymnasium.envs.classic_control.cartpole:CartPoleEnv"
+    _LIMIT = 500
+    _STATE_DIM = 4
+    _DEFAULTS: ClassVar[dict[str, Any]] = {"render_mode": None, "sutton_barto_reward": False}
+    gravity = 9.8
+    masscart = 1.0
+    masspole = 0.1
+    total_mass = masspole + masscart
+    length = 0.5  # half the pole's length
+    polemass_length = masspole * length
+    force_mag = 10.0
+    tau = 0.02
+    theta_threshold_radians = 12 * 2 * math.pi / 360
+    x_threshold = 2.4
+
+    def _configure(self, kw: dict[str, Any]) -> None:
+        self.sutton_barto_reward = bool(kw["sutton_barto_reward"])
+
+    def _draw(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        s = rng.uniform(low=-0.05, high=0.05, size=(4,))
+        return s, s.astype(np.float32)
+
+    def _advance(
+        self, s: np.ndarray, a: np.ndarray, fresh: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        x, x_dot, theta, theta_dot = s[:, 0], s[:, 1], s[:, 2], s[:, 3]
+        force = np.where(a == 1, self.force_mag, -self.force_mag)
+        costheta = np.cos(theta)
+        sintheta = np.sin(theta)
+        temp = (force + self.polemass_length * np.square(theta_dot) * sintheta) / self.total_mass
+        thetaacc = (self.gravity * sintheta - costheta * temp) / (
+            self.length * (4.0 / 3.0 - self.masspole * np.square(costheta) / self.total_mass)
+        )
+        xacc = temp - self.polemass_length * thetaacc * costheta / self.total_mass
+        ns = np.stack(
+            [
+                x + self.tau * x_dot,
+                x_dot + self.tau * xacc,
+                theta + self.tau * theta_dot,
+                theta_dot + self.tau * thetaacc,
+            ],
+            axis=1,
+        )
+        x, theta = ns[:, 0], ns[:, 2]
+        terminated = (
+            (x < -self.x_threshold)
+            | (x > self.x_threshold)
+            | (theta < -self.theta_threshold_radians)
+            | (theta > self.theta_threshold_radians)
+        )
+        if self.sutton_barto_reward:
+            reward = np.where(terminated, -1.0, 0.0)
+        else:
+            reward = np.ones(len(x))
+        return ns, ns.astype(np.float32), reward, terminated
