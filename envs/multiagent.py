@@ -58,6 +58,53 @@ TUNED: dict[str, dict[str, Any]] = {
         "mappo": {"algo": {"n_envs": 16}},
         "ippo": {"algo": {"n_envs": 16}},
     },
+    # -- butterfly / sisl families (pip install -e ".[marl-extra]"); see grpo_marl/marl/preprocess.py.
+    # Image envs: SuperSuit grayscale + resize + frame stack keep observations small uint8 arrays
+    # (cooperative_pong 280x480x3 -> 48x48x4: 9 KB instead of 403 KB per agent-step).
+    "cooperative_pong": {
+        "common": {
+            "total_steps": 200_000,
+            "eval": {"episodes": 8},
+            "env_preprocess": {"color_reduction": "full", "resize": [48, 48], "frame_stack": 4},
+        },
+        # random play ends an episode after ~60 steps, so early GRPO batches are short
+        "grpo": {"algo": {"group_size": 4, "num_groups": 4, "lr": 0.00025, "group_mode": "seed", "minibatches": 4}},
+        "mappo": {"algo": {"n_envs": 8, "n_steps": 128, "batch_size": 512, "epochs": 4, "lr": 0.00025}},
+        "ippo": {"algo": {"n_envs": 8, "n_steps": 128, "batch_size": 512, "epochs": 4, "lr": 0.00025}},
+    },
+    "pistonball": {
+        "common": {
+            "total_steps": 100_000,
+            "eval": {"episodes": 4},
+            "env_preprocess": {"color_reduction": "full", "resize": [48, 48], "frame_stack": 3},
+        },
+        "grpo": {"algo": {"group_size": 4, "num_groups": 2, "lr": 0.00025, "group_mode": "seed", "minibatches": 8}},
+        "mappo": {"algo": {"n_envs": 4, "n_steps": 125, "batch_size": 1000, "epochs": 4, "lr": 0.00025}},
+        "ippo": {"algo": {"n_envs": 4, "n_steps": 125, "batch_size": 1000, "epochs": 4, "lr": 0.00025}},
+    },
+    "knights_archers_zombies": {
+        "common": {"total_steps": 500_000, "eval": {"episodes": 8}},
+        "grpo": {"algo": {"group_size": 4, "num_groups": 4, "lr": 0.0003, "group_mode": "seed"}},
+        "mappo": {"algo": {"n_envs": 8, "n_steps": 128, "batch_size": 1024, "epochs": 4, "lr": 0.0003}},
+        "ippo": {"algo": {"n_envs": 8, "n_steps": 128, "batch_size": 1024, "epochs": 4, "lr": 0.0003}},
+    },
+    "knights_archers_zombies_image": {
+        "common": {
+            "total_steps": 100_000,
+            "eval": {"episodes": 4},
+            "env_preprocess": {"color_reduction": "full", "resize": [64, 64], "frame_stack": 1},
+        },
+        "grpo": {"algo": {"group_size": 2, "num_groups": 2, "lr": 0.00025, "group_mode": "seed", "minibatches": 8}},
+        "mappo": {"algo": {"n_envs": 4, "n_steps": 128, "batch_size": 512, "epochs": 4, "lr": 0.00025}},
+        "ippo": {"algo": {"n_envs": 4, "n_steps": 128, "batch_size": 512, "epochs": 4, "lr": 0.00025}},
+    },
+    # continuous actions (4 torques per walker); a fallen walker ends the episode (-100)
+    "multiwalker": {
+        "common": {"total_steps": 1_000_000, "eval": {"episodes": 8}},
+        "grpo": {"algo": {"group_size": 8, "num_groups": 4, "lr": 0.0003, "group_mode": "seed"}},
+        "mappo": {"algo": {"n_envs": 16, "n_steps": 128, "batch_size": 1024, "epochs": 10, "lr": 0.0003}},
+        "ippo": {"algo": {"n_envs": 16, "n_steps": 128, "batch_size": 1024, "epochs": 10, "lr": 0.0003}},
+    },
 }
 
 # Solve thresholds on the mean per-agent episode return (mpe2 / PettingZoo reward scale).

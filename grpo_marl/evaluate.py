@@ -2,8 +2,8 @@
 
 Rebuilds the run's task from its saved ``config.yaml``, loads the policy from the last checkpoint
 and runs greedy episodes (the same evaluation as the end of training, on fresh seeds unless
-``seed_offset`` says otherwise). ``video=true`` renders episodes of single-agent envs to animated
-GIFs (Pillow only, no codec needed) in ``DIR/videos``. Results go to stdout and ``DIR/eval.json``.
+``seed_offset`` says otherwise). ``video=true`` renders episodes of Gymnasium and PettingZoo envs
+(``render_mode="rgb_array"``) to animated GIFs (Pillow only, no codec needed) in ``DIR/videos``. Results go to stdout and ``DIR/eval.json``.
 """
 
 from __future__ import annotations
@@ -49,12 +49,14 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Any, Any, Any]:
 
 
 def record_gifs(cfg: Any, task: Any, out_dir: Path, episodes: int, seed: int) -> list[Path]:
-    """Render greedy episodes of a single-agent env to GIFs."""
+    """Render greedy episodes of a Gymnasium or PettingZoo env to GIFs."""
     from PIL import Image
 
     from grpo_marl.registry import get_spec
 
     spec = get_spec(str(cfg.env))
+    if spec.kind == "pettingzoo":
+        return _record_pettingzoo_gifs(cfg, task, out_dir, episodes, seed)
     if spec.kind != "gymnasium":
         raise ValueError(f"video recording supports single-agent gymnasium envs, not kind {spec.kind!r}")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -79,6 +81,48 @@ def record_gifs(cfg: Any, task: Any, out_dir: Path, episodes: int, seed: int) ->
         images[0].save(path, save_all=True, append_images=images[1:], duration=int(2000 / fps), loop=0)
         paths.append(path)
     env.close()
+    return paths
+
+
+def _record_pettingzoo_gifs(cfg: Any, task: Any, out_dir: Path, episodes: int, seed: int) -> list[Path]:
+    """Multi-agent episodes through the same driver (and preprocessing) as training, one env
+    built with ``render_mode="rgb_array"``; the GIF shows the env's own rendering (the full
+    screen), the policy sees its preprocessed observations."""
+    import functools
+
+    from PIL import Image
+
+    from grpo_marl.vec.drivers import PettingZooDriver
+    from grpo_marl.vec.factory import _parallel_env
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kwargs = {**dict(cfg.env_kwargs or {}), "render_mode": "rgb_array"}
+    env_fn = functools.partial(_parallel_env, functools.partial(task.spec.make, **kwargs))
+    driver = PettingZooDriver(env_fn, 1, name=str(cfg.env))
+    env = driver.envs[0]
+    fps = int((getattr(env, "metadata", None) or {}).get("render_fps", 30) or 30)
+    limit = driver.max_episode_steps or 10_000
+    paths = []
+    for ep in range(episodes):
+        step = driver.reset([seed + ep])
+        frames = [np.asarray(driver.envs[0].render())]
+        total = np.zeros(driver.layout.num_agents)
+        for _ in range(limit):
+            if bool(step.env_done[0]):
+                break
+            mask = None if step.action_mask is None else torch.as_tensor(step.action_mask, device=task.device)
+            with torch.no_grad():
+                action, _ = task.policy.act(torch.as_tensor(step.obs, device=task.device), mask, deterministic=True)
+            step = driver.step(task.policy.to_env(action))
+            total += step.rewards[0]
+            frames.append(np.asarray(driver.envs[0].render()))
+        score = float(total.mean())
+        path = out_dir / f"episode_{ep}_return_{score:.0f}.gif"
+        stride = max(1, len(frames) // 300)  # at most ~300 frames per file
+        images = [Image.fromarray(f.astype(np.uint8)) for f in frames[::stride]]
+        images[0].save(path, save_all=True, append_images=images[1:], duration=int(1000 * stride / fps), loop=0)
+        paths.append(path)
+    driver.close()
     return paths
 
 
@@ -140,9 +184,9 @@ def check_run(args: dict[str, Any]) -> Any:
     spec = get_spec(str(cfg.env))
     check_extras(cfg, spec)
     if args["video"]:
-        if spec.kind != "gymnasium":
+        if spec.kind not in ("gymnasium", "pettingzoo"):
             raise UserInputError(
-                f"video=true records single-agent Gymnasium envs; env {cfg.env!r} is of kind {spec.kind!r} "
+                f"video=true records Gymnasium and PettingZoo envs; env {cfg.env!r} is of kind {spec.kind!r} "
                 "(drop video=true)"
             )
         try:

@@ -155,6 +155,40 @@ class Collector:
         self.env_seeds = np.asarray(state["env_seeds"], dtype=np.int64).copy()
 
 
+def rollout_storage_bytes(
+    collector: Collector, policy: ActorPolicy, minibatch_rows: int | None = None
+) -> dict[str, int]:
+    """Estimated bytes of one collection's arrays (what grows with envs x horizon x obs size).
+
+    ``storage``: the ``[T, E, A, ...]`` buffers (observations in their own dtype, actions,
+    log-probs, rewards, masks, global state); ``peak``: what is alive at once while a batch is
+    built and trained on (episode collectors: storage + rollout rows + the flat minibatch source,
+    3x; the fixed-horizon collector also keeps final observations, 4x), plus the image encoder's
+    activations on one minibatch of ``minibatch_rows`` steps (default: the whole batch). ``T`` is
+    the collector's horizon (the episode limit, or ``n_steps``).
+    """
+    vec = collector.vec
+    lay = vec.layout
+    horizon = getattr(collector, "n_steps", None) or getattr(collector, "max_steps", None) or 64
+    t, e, a = int(horizon), vec.num_envs, lay.num_agents
+    obs_item = int(np.prod(lay.obs_shape)) * np.dtype(lay.obs_dtype).itemsize
+    act_item = 8 if not lay.continuous else 4 * max(lay.action_dims)
+    per_agent = obs_item + act_item + 4 + 4 + 1 + (max(lay.max_actions, 1) if lay.has_action_mask else 0)
+    state_item = 4 * lay.state_dim * (a if vec.with_state else 0)  # broadcast to every agent's row
+    storage = t * e * (a * per_agent + state_item)
+    copies = 4 if hasattr(collector, "n_steps") else 3
+    activations = 0
+    if lay.is_image and getattr(policy, "_cnn", False):
+        h, w, c = lay.obs_shape
+        h1, w1 = (h - 8) // 4 + 1, (w - 8) // 4 + 1
+        h2, w2 = (h1 - 4) // 2 + 1, (w1 - 4) // 2 + 1
+        h3, w3 = h2 - 2, w2 - 2
+        per_row = 4 * 2 * (h * w * c + 32 * h1 * w1 + 64 * h2 * w2 + 64 * h3 * w3 + 512)
+        rows = min(t * e * a, minibatch_rows or t * e * a)
+        activations = per_row * rows
+    return {"storage": storage, "peak": copies * storage + activations, "horizon": t, "obs_bytes": obs_item}
+
+
 def rows_of(x: np.ndarray | Tensor, device: torch.device) -> Tensor:
     """``[T, E, A, ...]`` -> rollout-major ``[E * A, T, ...]`` (rollout ``e * A + a``)."""
     t = x if isinstance(x, Tensor) else torch.from_numpy(np.ascontiguousarray(x))

@@ -79,6 +79,21 @@ _SHIPPED_DEFAULTS: dict[str, dict[str, Any]] = {
         "max_cycles": 50,
         "n_catch": 2,
     },
+    # butterfly/sisl families beyond MPE (the "marl-extra" install): library defaults, which are
+    # the settings of the published references (cooperative_pong 900 cycles, KAZ 900 cycles and
+    # 10 zombies, multiwalker 3 walkers / 500 cycles, pistonball 20 pistons / 125 cycles); the
+    # observation preprocessing lives in envs/multiagent.py (TUNED[...]["common"]["env_preprocess"]).
+}
+
+# Extra short names for variants of a registry env: short name -> (registry id, kwargs, what).
+# PettingZoo 1.27 ships cooperative_pong v6 and knights_archers_zombies v11 (not v5/v10) and no
+# waterworld (removed from sisl), so there is no waterworld short name.
+_VARIANTS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "knights_archers_zombies_image": (
+        "butterfly/knights_archers_zombies-v11",
+        {"obs_method": "image"},
+        "PettingZoo butterfly/knights_archers_zombies-v11 with image observations (obs_method=image)",
+    ),
 }
 
 
@@ -120,9 +135,17 @@ def _pettingzoo_infos() -> dict[str, MarlEnvInfo]:
 
 
 def _build_table() -> dict[str, MarlEnvInfo]:
+    import pettingzoo
+
     table = _mpe_infos()
     for key, info in _pettingzoo_infos().items():
         table.setdefault(key, info)
+    for short, (target, kwargs, what) in _VARIANTS.items():
+        if target in pettingzoo.parallel_registry:
+            table.setdefault(
+                short,
+                MarlEnvInfo(name=short, source="pettingzoo", target=target, defaults=dict(kwargs), description=what),
+            )
     return table
 
 

@@ -190,7 +190,9 @@ class ActorPolicy(nn.Module):
         self._image = obs_shape is not None and len(obs_shape) == 3
         self._cnn = self._image and encoder == "cnn"
         if self._image and normalize_obs:
-            raise UserInputError("policy.normalize_obs is for vector observations; image observations are scaled to [0, 1]")
+            raise UserInputError(
+                "policy.normalize_obs is for vector observations; image observations are scaled to [0, 1]"
+            )
         self.agents = list(groups.agents)
         self.n_agents = len(self.agents)
         self.keys = groups.param_keys()

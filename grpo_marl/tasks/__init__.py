@@ -40,6 +40,13 @@ def check_extras(cfg: DictConfig, spec: EnvSpec | None = None) -> None:
     needs = list(EXTRAS.get(spec.kind, ()))
     if spec.kind == "text" and bool(cfg.get("model", {}).get("lora", {}).get("enabled", False)):
         needs.append(("peft", "lora"))
+    if spec.kind == "pettingzoo":  # butterfly/sisl families and SuperSuit preprocessing: marl-extra
+        from grpo_marl.marl import preprocess
+
+        section = cfg.get("env_preprocess") or {}
+        absent = preprocess.missing_modules(spec.name, section)
+        if absent:
+            raise MissingExtraError(preprocess.missing_extra_message(spec.name, absent))
     missing = [(module, extra) for module, extra in needs if not _installed(module)]
     if missing:
         modules = ", ".join(module for module, _ in missing)

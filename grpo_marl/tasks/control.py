@@ -8,6 +8,8 @@ number of agents); returns are mean per-agent episode returns on the env's own r
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,10 @@ from torch import Tensor
 
 from grpo_marl.batch import Batch
 from grpo_marl.collectors import evaluate_policy, make_collector
+from grpo_marl.collectors.base import rollout_storage_bytes
+from grpo_marl.errors import UserInputError
 from grpo_marl.groups import AgentGroups
+from grpo_marl.policies.cnn import resolve_encoder
 from grpo_marl.policies.mlp import ActorPolicy
 from grpo_marl.registry import EnvSpec
 from grpo_marl.tasks.base import Task
@@ -49,6 +54,87 @@ def num_envs_of(cfg: DictConfig) -> int:
     return int(a.get("num_groups", 1)) * int(a.get("group_size", 1))
 
 
+def with_preprocessing(spec: EnvSpec, cfg: DictConfig) -> EnvSpec:
+    """PettingZoo envs of the butterfly/sisl families, or with ``env_preprocess`` set: the spec
+    whose factory applies SuperSuit preprocessing (:mod:`grpo_marl.marl.preprocess`). Other envs
+    (and the batched ports, which never call the factory) are returned unchanged."""
+    if spec.kind != "pettingzoo":
+        return spec
+    from grpo_marl.marl import preprocess
+
+    section = cfg.get("env_preprocess") or {}
+    if isinstance(section, DictConfig):
+        section = OmegaConf.to_container(section, resolve=True)
+    settings = preprocess.settings_of(section)  # type: ignore[arg-type]
+    if not preprocess.is_active(settings) and preprocess.family_of(spec.name) not in preprocess.FAMILY_MODULES:
+        return spec
+    return dataclasses.replace(spec, factory=preprocess.wrap_factory(spec.factory, settings, spec.name))
+
+
+def memory_budget_bytes() -> int:
+    """Half the memory available now (``MemAvailable``, else free pages from ``os.sysconf``);
+    ``GRPO_MARL_STORAGE_BUDGET_MB`` overrides it."""
+    forced = os.environ.get("GRPO_MARL_STORAGE_BUDGET_MB")
+    if forced:
+        return int(float(forced) * 2**20)
+    avail = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if not avail:
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return 2**62
+    return avail // 2
+
+
+def check_storage(cfg: DictConfig, vec: VecEnv, collector: Any, policy: ActorPolicy) -> dict[str, int]:
+    """Print the rollout storage of image envs and refuse (exit 2) a run whose estimated peak
+    would not fit the memory budget, naming the keys that shrink it."""
+    a = cfg.algo
+    mb_rows = None
+    if hasattr(collector, "n_steps"):
+        total = int(collector.n_steps) * vec.num_envs * vec.layout.num_agents
+        k = int(a.get("minibatches", 0) or 0)
+        mb_rows = total // k if k else int(a.get("batch_size", total))
+    elif a.get("minibatches"):
+        horizon = getattr(collector, "max_steps", None) or 64
+        mb_rows = int(horizon) * vec.num_envs * vec.layout.num_agents // int(a.minibatches)
+    est = rollout_storage_bytes(collector, policy, mb_rows)
+    if est["peak"] == 0:
+        return est
+    est["budget"] = memory_budget_bytes()
+    lay = vec.layout
+    mib = 2**20
+    if lay.is_image:
+        print(
+            f"rollout storage: obs {np.dtype(lay.obs_dtype).name}{list(lay.obs_shape)} x {est['horizon']} steps x "
+            f"{vec.num_envs} envs x {lay.num_agents} agents = {est['storage'] / mib:.0f} MiB; "
+            f"estimated peak {est['peak'] / mib:.0f} MiB (budget {est['budget'] / mib:.0f} MiB)",
+            flush=True,
+        )
+    if est["peak"] > est["budget"]:
+        width = (
+            "algo.n_envs / vec.num_envs, algo.n_steps"
+            if hasattr(collector, "n_steps")
+            else "algo.num_groups / algo.group_size (vec.num_envs), vec.max_steps"
+        )
+        raise UserInputError(
+            f"the rollout storage of env {cfg.env!r} would need about {est['peak'] / mib:.0f} MiB "
+            f"(obs {list(lay.obs_shape)} x {est['horizon']} steps x {vec.num_envs} envs x {lay.num_agents} agents), "
+            f"over the budget of {est['budget'] / mib:.0f} MiB (half the available memory); lower {width}"
+            + (", env_preprocess.resize or env_preprocess.frame_stack" if lay.is_image else "")
+            + (", or raise algo.minibatches" if lay.is_image else "")
+        )
+    return est
+
+
 class ControlTask(Task):
     """Everything env-specific the trainer needs for a Gymnasium or PettingZoo env."""
 
@@ -56,7 +142,7 @@ class ControlTask(Task):
         self, cfg: DictConfig, spec: EnvSpec, device: torch.device, collector: str = "episodes", with_state: bool = False
     ) -> None:
         self.cfg = cfg
-        self.spec = spec
+        self.spec = with_preprocessing(spec, cfg)
         self.device = device
         self.settings = marl_settings(cfg)
         self.env_kwargs = dict(cfg.env_kwargs or {})
@@ -76,6 +162,8 @@ class ControlTask(Task):
             activation=str(p.activation),
             log_std_init=float(p.log_std_init),
             normalize_obs=bool(p.normalize_obs),
+            obs_shape=self.vec.layout.obs_shape if self.vec.layout.is_image else None,
+            encoder=resolve_encoder(str(p.get("encoder", "auto")), self.vec.layout.is_image),
         ).to(device)
         self.input_keys: tuple[str, ...] = ("obs", "actions", "agent")
         if self.vec.layout.has_action_mask:
@@ -83,6 +171,11 @@ class ControlTask(Task):
         self.collector = make_collector(collector, self.vec, self.groups, cfg, device)
         self._eval_vec: VecEnv | None = None
         self.last_eval: dict[str, float] = {}
+        try:
+            self.storage = check_storage(cfg, self.vec, self.collector, self.policy)
+        except UserInputError:
+            self.close()
+            raise
 
     def _make_vec(self, num_envs: int, with_state: bool | None = None) -> VecEnv:
         return make_vec_env(

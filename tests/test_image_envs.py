@@ -1,0 +1,227 @@
+"""Image observations and the butterfly/sisl families (issue 13): the CNN encoder, uint8 from the
+vector env to the batch, SuperSuit preprocessing from the config, replay snapshots, the memory
+check and the missing-extra message. Short CLI runs go through subprocesses with timeouts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+pytest.importorskip("supersuit")
+pytest.importorskip("pygame")
+
+from grpo_marl.errors import UnsupportedSpaceError, UserInputError  # noqa: E402
+from grpo_marl.policies.cnn import NatureCNN, resolve_encoder  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PONG_SMALL = [
+    "env=cooperative_pong",
+    "env_preprocess.resize=[40,40]",
+    "env_preprocess.frame_stack=2",
+    "+env_kwargs.max_cycles=60",
+]
+
+
+def _run(args: list[str], timeout: int = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+    )
+
+
+# -- encoder -------------------------------------------------------------------------------------
+
+
+def test_cnn_shapes_and_uint8_input() -> None:
+    enc = NatureCNN((48, 48, 4))
+    x = torch.randint(0, 256, (3, 5, 48, 48, 4), dtype=torch.uint8)
+    out = enc(x)
+    assert out.shape == (3, 5, 512) and out.dtype == torch.float32
+    assert x.dtype == torch.uint8  # scaling happens on a float copy inside the encoder
+    with pytest.raises(UnsupportedSpaceError, match="too small"):
+        NatureCNN((20, 20, 1))
+
+
+def test_encoder_setting() -> None:
+    assert resolve_encoder("auto", True) == "cnn"
+    assert resolve_encoder("auto", False) == "mlp"
+    assert resolve_encoder("mlp", True) == "mlp"
+    with pytest.raises(UserInputError, match="policy.encoder=cnn"):
+        resolve_encoder("cnn", False)
+
+
+def _build(overrides: list[str]):
+    """A cooperative_pong ControlTask from the base config, its tuned preprocessing and overrides."""
+    import envs.multiagent  # noqa: F401
+    from grpo_marl.algos import ALGOS, _load_builtin_algos
+    from grpo_marl.registry import get_spec
+    from grpo_marl.tasks import make_task
+
+    cfg = OmegaConf.load(ROOT / "grpo_marl/conf/config.yaml")
+    cfg.pop("defaults")
+    cfg.pop("hydra")
+    cfg.algo = OmegaConf.load(ROOT / "grpo_marl/conf/algo/grpo.yaml")
+    spec = get_spec("cooperative_pong")
+    tuned = spec.defaults["common"]
+    cfg = OmegaConf.merge(cfg, {"env_preprocess": tuned["env_preprocess"]}, OmegaConf.from_dotlist(overrides))
+    _load_builtin_algos()
+    return cfg, make_task(cfg, spec, torch.device("cpu"), collector=ALGOS["grpo"].collector)
+
+
+def test_preprocess_config_and_uint8_through_storage() -> None:
+    cfg, task = _build(
+        [
+            "env=cooperative_pong",
+            "env_preprocess.resize=[40,36]",
+            "env_preprocess.frame_stack=3",
+            "algo.group_size=2",
+            "algo.num_groups=1",
+            "env_kwargs.max_cycles=30",
+        ]
+    )
+    try:
+        lay = task.vec.layout
+        assert lay.obs_shape == (36, 40, 3) and lay.obs_dtype == np.uint8 and lay.is_image
+        assert task.policy._cnn
+        step = task.vec.reset([1, 1])
+        assert step.obs.dtype == np.uint8 and step.obs.shape == (2, 2, 36, 40, 3)
+        batch = task.collect(task.policy)
+        assert batch["obs"].dtype == torch.uint8 and batch["obs"].shape[-3:] == (36, 40, 3)
+        assert task.collector._storage.obs.dtype == torch.uint8
+        logp, ent = task.log_prob(task.policy, {k: batch[k][batch.mask] for k in ("obs", "actions", "agent")})
+        assert torch.isfinite(logp).all() and ent is not None
+        assert task.storage["storage"] > 0
+    finally:
+        task.close()
+
+
+def test_downsampled_state_and_replay_snapshot() -> None:
+    import envs.multiagent  # noqa: F401
+    from grpo_marl.marl import preprocess
+    from grpo_marl.registry import get_spec
+    from grpo_marl.vec.snapshot import restore_env, snapshot_env
+
+    spec = get_spec("cooperative_pong")
+    settings = preprocess.settings_of({"color_reduction": "full", "resize": [40, 40], "state_resize": [21, 14]})
+    env = preprocess.wrap_factory(spec.factory, settings, "cooperative_pong")()
+    obs, _ = env.reset(seed=5)
+    assert obs["paddle_0"].shape == (40, 40, 1) and obs["paddle_0"].dtype == np.uint8
+    state = env.state()
+    assert state.shape == (21 * 14,) and state.dtype == np.float32 and 0.0 <= state.min() <= state.max() <= 1.0
+    assert vars(env.unwrapped).get("max_cycles") == 900  # exposed for the driver
+    for _ in range(5):
+        env.step({a: 1 for a in env.agents})
+    snap = snapshot_env(env)
+    first = [env.step({a: 2 for a in env.agents})[0]["paddle_0"] for _ in range(4)]
+    env = restore_env(env, snap)
+    again = [env.step({a: 2 for a in env.agents})[0]["paddle_0"] for _ in range(4)]
+    assert all(np.array_equal(x, y) for x, y in zip(first, again))
+    with pytest.raises(UserInputError, match="env_preprocess.frame_stack"):
+        preprocess.settings_of({"frame_stack": 0})
+
+
+# -- CLI runs ------------------------------------------------------------------------------------
+
+
+# runs grpo_marl.train in this process, then prints its peak RSS
+_PEAK_RSS_TRAIN = """
+import resource, runpy, sys
+sys.argv = ["grpo_marl.train"] + sys.argv[1:]
+code = 0
+try:
+    runpy.run_module("grpo_marl.train", run_name="__main__")
+except SystemExit as exc:
+    code = exc.code or 0
+print("PEAK_RSS_MB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+sys.exit(code)
+"""
+
+
+def test_image_run_trains_under_memory_cap(tmp_path: Path) -> None:
+    run = tmp_path / "pong"
+    cap_mb = 1500
+    proc = _run(
+        [
+            "-c",
+            _PEAK_RSS_TRAIN,
+            *PONG_SMALL,
+            "algo.group_size=2",
+            "algo.num_groups=2",
+            "total_steps=300",
+            "eval.episodes=2",
+            "log.progress=false",
+            f"hydra.run.dir={run}",
+        ],
+        env={"GRPO_MARL_STORAGE_BUDGET_MB": str(cap_mb)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rollout storage: obs uint8[40, 40, 2]" in proc.stdout
+    peak = float(proc.stdout.split("PEAK_RSS_MB")[1].split()[0])
+    assert peak < cap_mb, peak
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    updates = [r for r in rows if "train/advantage_abs_mean" in r]
+    assert len(updates) >= 2, rows  # a few updates, each on a batch of uint8 image rows
+
+
+def test_storage_over_budget_is_refused(tmp_path: Path) -> None:
+    proc = _run(
+        [
+            "-m",
+            "grpo_marl.train",
+            *PONG_SMALL,
+            "total_steps=100",
+            "log.progress=false",
+            f"hydra.run.dir={tmp_path / 'x'}",
+        ],
+        env={"GRPO_MARL_STORAGE_BUDGET_MB": "1"},
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "algo.num_groups" in proc.stderr and "env_preprocess.resize" in proc.stderr
+
+
+def test_missing_extra_message(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['supersuit'] = None; sys.argv = ['train'] + sys.argv[1:]; "
+        "from grpo_marl.train import main; main()"
+    )
+    proc = _run(["-c", code, "env=cooperative_pong", "total_steps=100", f"hydra.run.dir={tmp_path / 'y'}"])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert 'pip install -e ".[marl-extra]"' in proc.stderr and "supersuit" in proc.stderr
+    assert not (tmp_path / "y" / "metrics.jsonl").exists()
+
+
+def test_multiagent_video(tmp_path: Path) -> None:
+    run = tmp_path / "mw"
+    proc = _run(
+        [
+            "-m",
+            "grpo_marl.train",
+            "env=multiwalker",
+            "+env_kwargs.max_cycles=40",
+            "algo.group_size=2",
+            "algo.num_groups=1",
+            "total_steps=100",
+            "eval.episodes=1",
+            "log.progress=false",
+            f"hydra.run.dir={run}",
+        ]
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _run(["-m", "grpo_marl.evaluate", f"run={run}", "video=true", "episodes=1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    gifs = list((run / "videos").glob("*.gif"))
+    assert gifs and gifs[0].stat().st_size > 1000
+    bad = _run(["-m", "grpo_marl.evaluate", f"run={run}", "video=maybe"])
+    assert bad.returncode == 2
