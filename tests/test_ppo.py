@@ -1,5 +1,6 @@
-"""PPO baseline: GAE with truncation bootstrapping (hand-checked), the loss terms, value clipping,
-the step collector's streaming semantics, a CLI run and exact resume."""
+"""PPO (one implementation; ``ppo``/``ippo``/``mappo`` differ only in critic options): GAE with
+truncation bootstrapping (hand-checked, per-agent observation and centralized-state critics), the
+loss terms, value clipping, the step collector's streaming semantics, a CLI run and exact resume."""
 
 from __future__ import annotations
 
@@ -11,46 +12,80 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import yaml
 from omegaconf import OmegaConf
-from torch import nn
+from torch import Tensor, nn
 
+from grpo_marl.algos import get_algo
 from grpo_marl.algos.ppo import PPO, RunningReturnScale, _validate_ppo
 from grpo_marl.batch import Batch
+from grpo_marl.groups import AgentGroups
 from grpo_marl.losses import LOSSES, PPOLoss
-from grpo_marl.policies.mlp import MLPPolicy
+from grpo_marl.policies.mlp import ActorPolicy
+from grpo_marl.vec.base import layout_of
+
+CONF = Path(__file__).resolve().parents[1] / "grpo_marl" / "conf" / "algo"
 
 
 # ------------------------------------------------------------------------- prepare / GAE
-class ObsIsValue(nn.Module):
-    """A 'critic' whose value is the first observation feature: makes GAE checkable by hand."""
+class ValueIsInput(nn.Module):
+    """A 'critic' whose value is the first observation feature (or, with ``state=True``, the first
+    global-state feature): makes GAE checkable by hand. Same call as :class:`Critic`."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x[..., 0]
+    def __init__(self, state: bool = False) -> None:
+        super().__init__()
+        self.state = state
+
+    def forward(
+        self, policy: nn.Module, obs: Tensor, agent: Tensor, state: Tensor | None = None, time: Tensor | None = None
+    ) -> Tensor:
+        if self.state:
+            assert state is not None, "a centralized critic gets the global state"
+            return state[..., 0].float()
+        return obs[..., 0].float()
 
 
-def make_ppo(gamma: float, lam: float, n_envs: int = 1, **algo: object) -> PPO:
+def make_ppo(gamma: float, lam: float, n_envs: int = 1, agents: int = 1, state_dim: int = 0, **algo: object) -> PPO:
     obs_space = gym.spaces.Box(-100, 100, (1,), np.float32)
-    policy = MLPPolicy(obs_space, gym.spaces.Discrete(2), hidden=(8,))
+    names = ("agent",) if agents == 1 else tuple(f"agent_{i}" for i in range(agents))
+    layout = layout_of(names, (obs_space,) * agents, (gym.spaces.Discrete(2),) * agents, state_dim=state_dim)
+    policy = ActorPolicy(AgentGroups.from_layout(layout), hidden=(8,))
     cfg = OmegaConf.create(
         {
-            "gamma": gamma, "gae_lambda": lam, "clip_eps": 0.2, "clip_schedule": "constant", "clip_vf": None,
-            "vf_coef": 0.5, "entropy_coef": 0.0, "normalize_reward": False, "normalize_advantage": True,
-            "value_hidden": None, **algo,
+            "gamma": gamma,
+            "gae_lambda": lam,
+            "clip_eps": 0.2,
+            "clip_schedule": "constant",
+            "clip_vf": None,
+            "vf_coef": 0.5,
+            "entropy_coef": 0.0,
+            "normalize_reward": False,
+            "normalize_advantage": True,
+            "value_hidden": None,
+            **algo,
         }
     )
     task = SimpleNamespace(
         policy=policy,
         cfg=OmegaConf.create({"policy": {"hidden": [8], "activation": "tanh"}, "total_steps": 1000}),
-        vec=SimpleNamespace(num_envs=n_envs),
+        vec=SimpleNamespace(num_envs=n_envs, layout=layout),
+        input_keys=("obs", "actions", "agent"),
         env_steps=0,
     )
-    ppo = PPO(cfg, task, torch.device("cpu"))
-    ppo.value_net = ObsIsValue()
+    ppo = PPO(cfg, task, torch.device("cpu"))  # type: ignore[arg-type]
+    ppo.critic = ValueIsInput(state=bool(algo.get("critic_state")))  # type: ignore[assignment]
     return ppo
 
 
-def one_env_batch(values: list[float], rewards: list[float], terminated: list[bool], truncated: list[bool],
-                  final_value: float, next_value: float) -> Batch:
+def one_env_batch(
+    values: list[float],
+    rewards: list[float],
+    terminated: list[bool],
+    truncated: list[bool],
+    final_value: float,
+    next_value: float,
+) -> Batch:
+    """One (env, agent) row of a step collection; the critic reads values off the observations."""
     t = len(values)
     final_obs = torch.zeros(1, t, 1)
     for i in range(t):
@@ -60,13 +95,16 @@ def one_env_batch(values: list[float], rewards: list[float], terminated: list[bo
         {
             "obs": torch.tensor(values, dtype=torch.float32).reshape(1, t, 1),
             "actions": torch.zeros(1, t, dtype=torch.long),
+            "agent": torch.zeros(1, t, dtype=torch.long),
             "logp": torch.zeros(1, t),
             "rewards": torch.tensor([rewards], dtype=torch.float32),
             "mask": torch.ones(1, t, dtype=torch.bool),
             "terminated": torch.tensor([terminated]),
             "truncated": torch.tensor([truncated]),
             "final_obs": final_obs,
+            "time": torch.zeros(1, t),
             "next_obs": torch.tensor([[next_value]], dtype=torch.float32),
+            "next_time": torch.zeros(1),
         },
         group_size=1,
     )
@@ -84,8 +122,17 @@ def test_gae_bootstraps_truncation_from_final_obs() -> None:
     torch.testing.assert_close(data["advantages"], torch.tensor([2.0, 4.0, 0.0]))
     torch.testing.assert_close(data["returns"], torch.tensor([3.0, 6.0, 3.0]))
     torch.testing.assert_close(data["old_values"], torch.tensor([1.0, 2.0, 3.0]))
-    assert set(data) == {"obs", "actions", "logp", "advantages", "returns", "old_values"}
+    assert set(data) == {"obs", "actions", "agent", "logp", "time", "advantages", "returns", "old_values"}
     assert "train/explained_variance" in metrics
+
+
+def test_gae_truncation_without_bootstrapping_ends_the_episode() -> None:
+    # bootstrap_truncation=false (ippo/mappo: a time-aware finite horizon): the cut is an end.
+    #   t=1: delta = 1 - 2 = -1 -> A1 = -1; t=0: A0 = 1 + 0.25 * -1 = 0.75
+    ppo = make_ppo(gamma=0.5, lam=0.5, bootstrap_truncation=False)
+    batch = one_env_batch([1, 2, 3], [1, 1, 1], [False, False, False], [False, True, False], 10.0, 4.0)
+    data, _ = ppo.prepare(batch)
+    torch.testing.assert_close(data["advantages"], torch.tensor([0.75, -1.0, 0.0]))
 
 
 def test_gae_termination_does_not_bootstrap() -> None:
@@ -106,6 +153,58 @@ def test_gae_last_step_bootstraps_from_next_obs_with_lambda_one() -> None:
     batch = one_env_batch([0, 0, 0], [1, 2, 3], [False] * 3, [False] * 3, 0.0, 10.0)
     data, _ = ppo.prepare(batch)
     torch.testing.assert_close(data["returns"], torch.tensor([16.0, 15.0, 13.0]))
+
+
+def test_gae_per_agent_rows_and_centralized_state() -> None:
+    """Two agents of one env are two rows; a centralized critic (critic_state, MAPPO) values both
+    from the global state, bootstrapping a cut from ``final_state`` and the last step from
+    ``next_state``. Agent 1 leaves after step 0 (its later steps are masked out).
+
+    gamma = 0.5, lam = 1; V(state) = 1, 2, 3, V(final_state at t=1) = 10, V(next_state) = 4:
+      agent 0 (cut at t=1): r' = 1 + 0.5*10 = 6; A1 = 6 - 2 = 4; A0 = 1 + 0.5*2 - 1 + 0.5*4 = 3;
+        t=2 restarts: A2 = 1 + 0.5*4 - 3 = 0
+      agent 1 (terminated at t=0 with reward 5): A0 = 5 - 1 = 4
+    """
+    ppo = make_ppo(gamma=0.5, lam=1.0, agents=2, state_dim=2, critic_state=True)
+    t = 3
+    state = torch.tensor([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0]])
+    final_state = torch.zeros(t, 2)
+    final_state[1, 0] = 10.0
+    batch = Batch(
+        {
+            "obs": torch.full((2, t, 1), 99.0),  # the critic must not read observations
+            "actions": torch.zeros(2, t, dtype=torch.long),
+            "agent": torch.tensor([[0] * t, [1] * t]),
+            "logp": torch.zeros(2, t),
+            "rewards": torch.tensor([[1.0, 1.0, 1.0], [5.0, 0.0, 0.0]]),
+            "mask": torch.tensor([[True, True, True], [True, False, False]]),
+            "terminated": torch.tensor([[False, False, False], [True, False, False]]),
+            "truncated": torch.tensor([[False, True, False], [False, False, False]]),
+            "final_obs": torch.zeros(2, t, 1),
+            "time": torch.zeros(2, t),
+            "state": state.expand(2, t, 2).clone(),
+            "final_state": final_state.expand(2, t, 2).clone(),
+            "next_obs": torch.zeros(2, 1),
+            "next_time": torch.zeros(2),
+            "next_state": torch.tensor([[4.0, 0.0], [4.0, 0.0]]),
+        },
+        group_size=1,
+    )
+    data, _ = ppo.prepare(batch)
+    torch.testing.assert_close(data["advantages"], torch.tensor([3.0, 4.0, 0.0, 4.0]))
+    torch.testing.assert_close(data["agent"], torch.tensor([0, 0, 0, 1]))
+    assert "state" in data  # the loss's critic call reads it too
+
+
+def test_named_configs_differ_only_in_critic_options() -> None:
+    """``ppo``, ``ippo`` and ``mappo`` are one algorithm; ippo and mappo configs differ only in the
+    centralized critic."""
+    assert get_algo("ppo") is get_algo("ippo") is get_algo("mappo") is PPO
+    mappo = yaml.safe_load((CONF / "mappo.yaml").read_text())
+    ippo = yaml.safe_load((CONF / "ippo.yaml").read_text())
+    differ = {k for k in mappo.keys() | ippo.keys() if mappo.get(k) != ippo.get(k)}
+    assert differ == {"name", "critic_state"}
+    assert mappo["critic_state"] and not ippo["critic_state"]
 
 
 def test_reward_scaling_matches_vecnormalize_recurrence() -> None:
@@ -179,45 +278,69 @@ def test_validator_messages(resolve) -> None:
 # -------------------------------------------------------------------- collector + CLI
 def test_step_collector_streams_episodes_across_updates(resolve) -> None:
     from grpo_marl.registry import get_spec
-    from grpo_marl.tasks.gym import GymTask
+    from grpo_marl.tasks.control import ControlTask
 
     cfg = resolve(["env=cartpole", "algo=ppo", "algo.n_envs=4", "algo.n_steps=64"])
-    task = GymTask(cfg, get_spec("cartpole"), torch.device("cpu"), collector="steps")
+    task = ControlTask(cfg, get_spec("cartpole"), torch.device("cpu"), collector="steps")
     b1 = task.collect(task.policy)
     b2 = task.collect(task.policy)
     assert b1.mask.shape == (4, 64) and bool(b1.mask.all())
     assert task.env_steps == 2 * 4 * 64
     # The second batch starts where the first stopped (no reset at the update boundary).
     torch.testing.assert_close(b2["obs"][:, 0], b1["next_obs"])
-    # A random policy ends CartPole episodes within 64 steps: final_obs holds the last real obs,
-    # and the next stored obs is a fresh reset state (SAME_STEP autoreset).
+    # A random policy ends CartPole episodes within 64 steps: final_obs holds the observation that
+    # ended the episode, and the collector resets the finished env in the same step (vector envs do
+    # not reset themselves), so the next stored obs is a fresh start at episode time 0.
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
     done = b1["terminated"] | b1["truncated"]
     assert bool(done.any())
-    e, t = [int(i) for i in torch.nonzero(done)[0]]
-    assert bool((b1["final_obs"][e, t] != 0).any())
-    if t + 1 < 64:
-        assert float(b1["obs"][e, t + 1].abs().max()) <= 0.05  # CartPole resets in [-0.05, 0.05]
+    for e, t in torch.nonzero(done).tolist():
+        single = CartPoleEnv()
+        single.reset(seed=0)
+        single.state = b1["obs"][e, t].double().numpy().copy()
+        last, _, terminated, _, _ = single.step(int(b1["actions"][e, t]))
+        np.testing.assert_allclose(b1["final_obs"][e, t].numpy(), last, rtol=1e-5, atol=1e-5)
+        assert terminated == bool(b1["terminated"][e, t])
+        if t + 1 < 64:
+            assert float(b1["obs"][e, t + 1].abs().max()) <= 0.05  # CartPole starts in [-0.05, 0.05]
+            assert float(b1["time"][e, t + 1]) == 0.0 and float(b1["time"][e, t]) > 0.0
+    not_done = ~done
+    assert (b1["final_obs"][not_done] == 0).all()
     assert "rollout/return_mean" in b1.metrics
     task.close()
 
 
 def test_ppo_cli_run(run_cli, tmp_path: Path) -> None:
     run_dir = tmp_path / "ppo"
-    proc = run_cli("env=cartpole", "algo=ppo", "total_steps=1024", "eval.every_steps=512", "eval.episodes=4",
-                   "log.tensorboard=false", run_dir=run_dir)
+    proc = run_cli(
+        "env=cartpole",
+        "algo=ppo",
+        "total_steps=1024",
+        "eval.every_steps=512",
+        "eval.episodes=4",
+        "log.tensorboard=false",
+        run_dir=run_dir,
+    )
     assert "algo=ppo" in proc.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["algo"] == "ppo" and summary["env_steps"] == 1024  # 4 updates of 8 envs x 32 steps
-    records = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if "train/loss_value" in r]
     assert len(train) == 4
-    for key in ("train/loss_policy", "train/loss_entropy", "train/approx_kl", "train/clip_fraction",
-                "train/explained_variance", "train/clip_range"):
+    for key in (
+        "train/loss_policy",
+        "train/loss_entropy",
+        "train/approx_kl",
+        "train/clip_fraction",
+        "train/explained_variance",
+        "train/clip_range",
+    ):
         assert key in train[0]
     assert train[-1]["train/clip_range"] < 0.2  # rl-zoo's linear clip schedule for CartPole
     assert sum("eval/return_mean" in r for r in records) >= 2
     ckpt = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
-    assert "value" in ckpt["modules"]  # the trainer checkpoints the critic
+    assert "critic" in ckpt["modules"]  # the trainer checkpoints the critic
 
 
 # ----------------------------------------------------------------------------- resume
@@ -228,21 +351,39 @@ def test_ppo_cli_run(run_cli, tmp_path: Path) -> None:
         ("cartpole", ["algo.n_envs=4", "algo.n_steps=32"]),
         # Sync vector env: a 200-step time limit cut mid-batch (truncation bootstrapping), plus the
         # streaming reward scaler and the running observation normaliser
-        ("pendulum", ["algo.n_envs=2", "algo.n_steps=96", "algo.batch_size=64",
-                      "algo.normalize_reward=true", "policy.normalize_obs=true", "algo.epochs=2"]),
+        (
+            "pendulum",
+            [
+                "algo.n_envs=2",
+                "algo.n_steps=96",
+                "algo.batch_size=64",
+                "algo.normalize_reward=true",
+                "policy.normalize_obs=true",
+                "algo.epochs=2",
+            ],
+        ),
     ],
 )
 def test_ppo_resume_is_exact(train, read_metrics, load_checkpoint, tmp_path: Path, env: str, extra: list[str]) -> None:
     per_update = 128 if env == "cartpole" else 192
     # Schedules decay over total_steps, which the interrupted run sets lower: keep them constant.
-    common = [f"env={env}", "algo=ppo", "log.tensorboard=false", "checkpoint.every=1", "eval.every_steps=0",
-              "eval.episodes=2", "algo.lr_schedule=constant", "algo.clip_schedule=constant", *extra]
+    common = [
+        f"env={env}",
+        "algo=ppo",
+        "log.tensorboard=false",
+        "checkpoint.every=1",
+        "eval.every_steps=0",
+        "eval.episodes=2",
+        "algo.lr_schedule=constant",
+        "algo.clip_schedule=constant",
+        *extra,
+    ]
     full, part = tmp_path / "full", tmp_path / "part"
     train(full, *common, f"total_steps={4 * per_update}")
     train(part, *common, f"total_steps={2 * per_update}")
     train(part, f"resume={part}", f"total_steps={4 * per_update}")
     a, b = load_checkpoint(full), load_checkpoint(part)
-    for name in ("policy", "value"):
+    for name in ("policy", "critic"):
         for key, value in a["modules"][name].items():
             torch.testing.assert_close(b["modules"][name][key], value, rtol=0, atol=0, msg=f"{name}.{key}")
     ma = [r for r in read_metrics(full) if "train/loss" in r]
