@@ -37,13 +37,18 @@ def _subprocess_env() -> dict[str, str]:
     return env
 
 
+#: Wall-clock limit of every subprocess a test starts: a hang fails the test instead of stalling CI.
+SUBPROCESS_TIMEOUT = 600
+
+
 def run_module(
-    module: str, args: list[str], run_dir: Path | None = None, check: bool = True
+    module: str, args: list[str], run_dir: Path | None = None, check: bool = True, timeout: float = SUBPROCESS_TIMEOUT
 ) -> subprocess.CompletedProcess:
     """``python -m module args`` in the repository root.
 
     For ``grpo_marl.train`` adds ``hydra.run.dir=<run_dir>`` (unless it is a ``-m`` sweep) and
-    ``log.progress=false``. ``check`` asserts exit code 0 and shows stdout/stderr otherwise.
+    ``log.progress=false``. ``check`` asserts exit code 0 and shows stdout/stderr otherwise;
+    ``timeout`` (seconds) ends a hung process (``subprocess.TimeoutExpired`` fails the test).
     """
     args = list(args)
     if module == "grpo_marl.train":
@@ -51,7 +56,12 @@ def run_module(
             args.append(f"hydra.run.dir={run_dir}")
         args.append("log.progress=false")
     proc = subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=ROOT, env=_subprocess_env(), capture_output=True, text=True
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=_subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     if check:
         assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
