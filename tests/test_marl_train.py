@@ -135,6 +135,16 @@ def test_state_groups_branch_from_one_snapshot() -> None:
     assert batch.mask.sum(1).max() < 25  # branches start mid-episode
 
 
+def test_state_groups_never_get_stuck_at_the_end_of_an_episode() -> None:
+    """With every group branching (2 groups: none reset), a collection whose branches all started
+    too late to offer a snapshot must not keep replaying its old archive (one step from the end):
+    the archive empties and the next collection plays whole episodes from resets."""
+    col, pol = _collector("simple_spread", "state")
+    lengths = [int(col.collect(pol).mask.sum(1).max()) for _ in range(30)]
+    assert lengths[0] == 25
+    assert 25 in lengths[10:] and len(set(lengths[10:])) > 3, lengths
+
+
 def test_collector_state_roundtrip_reproduces_next_batch() -> None:
     col, pol = _collector("simple_spread", "seed")
     col.collect(pol)

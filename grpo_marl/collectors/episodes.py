@@ -155,7 +155,10 @@ class EpisodeCollector(Collector):
             st.rewards[t] = step.rewards
             alive = alive & step.alive
             t += 1
-        if self.mode == "state" and new_archive:
+        if self.mode == "state":
+            # Only states of this collection: when every group branched late and none lived to its
+            # snapshot time, the archive empties and the next collection starts from resets (keeping
+            # the old archive would replay its last state, one step from the end, forever).
             self.archive = new_archive
         self.prev_len = t
         self.total_env_steps += env_steps
