@@ -1,9 +1,11 @@
-"""Data-parallel training under torchrun (gloo, CPU), rollout-worker failures, and the CUDA paths.
+"""Data-parallel training under torchrun (gloo, CPU), env-worker failures, and the CUDA paths.
 
 The launches are real ``torchrun --nproc_per_node=2 -m grpo_marl.train`` jobs on tiny configs:
 ranks must end with bit-identical weights, only rank 0 may write files, every rank must use rank
-0's run directory, and checkpoints must resume at another world size. GPU-only tests skip
-without CUDA.
+0's run directory, and checkpoints must resume at another world size. Every launch has a
+wall-clock timeout and a short process-group timeout, so a hang fails in minutes. The batch split
+(which config keys each algorithm divides over the ranks) is checked without torchrun. GPU-only
+tests skip without CUDA.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import pytest
 import torch
 
 from grpo_marl import distributed as dist
+from grpo_marl.collectors import HostToDevice
 from grpo_marl.config import ConfigError
-from grpo_marl.rollout import HostToDevice
 from grpo_marl.train import rank_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
+TORCHRUN_TIMEOUT = 600  # seconds per torchrun launch
 
 # Small but real: CartPole GRPO with 2 groups of 2 per rank, a few updates.
 TINY_GRPO = [
@@ -45,6 +48,7 @@ def torchrun(*overrides: str, cwd: Path, hash_dir: Path | None = None, nproc: in
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env["OMP_NUM_THREADS"] = "1"
     env["GRPO_MARL_BACKEND"] = "gloo"
+    env["GRPO_MARL_DIST_TIMEOUT"] = "120"  # a rank waiting on a dead peer gives up in minutes
     env.pop("HYDRA_FULL_ERROR", None)
     if hash_dir is not None:
         env[dist.PARAM_HASH_ENV] = str(hash_dir)
@@ -52,7 +56,7 @@ def torchrun(*overrides: str, cwd: Path, hash_dir: Path | None = None, nproc: in
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
         "-m", "grpo_marl.train", *overrides, "log.progress=false",
     ]  # fmt: skip
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=TORCHRUN_TIMEOUT)
 
 
 def _ok(proc: subprocess.CompletedProcess) -> None:
@@ -78,6 +82,40 @@ def test_rank_config_splits_the_global_batch(resolve) -> None:
     p1 = dist.rank_config(ppo, dist.DistContext(rank=1, world_size=2))
     assert p1.algo.n_envs == ppo.algo.n_envs // 2 and p1.vec.num_envs == ppo.vec.num_envs // 2
     assert p1.algo.minibatches == ppo.algo.minibatches  # same optimizer steps on every rank
+
+
+@pytest.mark.parametrize("algo", ["mappo", "ippo"])
+def test_rank_config_splits_multi_agent_ppo_envs(resolve, algo: str) -> None:
+    """MAPPO/IPPO are PPO: torchrun divides ``algo.n_envs`` (global, as the README promises) across
+    the ranks, and each rank's vector env holds its share."""
+    from grpo_marl.registry import get_spec
+    from grpo_marl.tasks.control import ControlTask
+
+    cfg = resolve(["env=simple_spread", f"algo={algo}", "algo.n_envs=8", "algo.n_steps=5", "total_steps=4000"])
+    assert {"algo.n_envs", "vec.num_envs"} <= set(dist.split_keys(cfg))
+    r1 = dist.rank_config(cfg, dist.DistContext(rank=1, world_size=2))
+    assert (r1.algo.n_envs, r1.vec.num_envs, r1.total_steps) == (4, 4, 2000)
+    assert r1.seed == cfg.seed + dist.SEED_STRIDE
+    assert (r1.algo.n_steps, r1.algo.minibatches) == (cfg.algo.n_steps, cfg.algo.minibatches)
+    assert cfg.algo.n_envs == 8  # the global config is not modified
+    task = ControlTask(
+        r1, get_spec("simple_spread"), torch.device("cpu"), collector="steps", with_state=algo == "mappo"
+    )
+    try:
+        assert task.vec.num_envs == 4 and task.vec.layout.num_agents == 3
+        batch = task.collect(task.policy)
+        assert batch.mask.shape == (4 * 3, 5)  # (env, agent) rows of this rank's share
+    finally:
+        task.close()
+
+
+@pytest.mark.parametrize("algo", ["mappo", "ippo"])
+def test_uneven_multi_agent_ppo_split_is_a_config_error(resolve, algo: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(ConfigError, match=r"algo.n_envs=8 does not split over 3 .*multiple of 3"):
+        resolve(["env=simple_spread", f"algo={algo}", "algo.n_envs=8"])
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    resolve(["env=simple_spread", f"algo={algo}", "algo.n_envs=8"])
 
 
 def test_uneven_split_is_a_config_error(resolve, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,12 +211,37 @@ def test_env_worker_crash_names_env_and_seed_and_keeps_checkpoint(run_cli, tmp_p
         run_dir=run_dir, check=False,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "env 'tests.failing_envs:crash_after' raised in its worker process" in proc.stderr
+    assert "env 'tests.failing_envs:crash_after' failed during step (vector index" in proc.stderr
     assert "reset seed" in proc.stderr and "EnvCrash" in proc.stderr
+    assert "Traceback" not in proc.stderr
     ckpt = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
     assert ckpt["counters"]["updates"] >= 1
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and "EnvCrash" in summary["error"]
+
+
+def test_multi_agent_env_worker_crash_stops_the_run_cleanly(run_cli, tmp_path: Path) -> None:
+    """A PettingZoo env raising inside a worker process (``vec.vectorization=async``) is the same
+    clean stop as a Gymnasium one: exit 1, ``summary.json`` says ``failed`` and names the env, the
+    vector index and the episode's reset seed, and the last checkpoint is kept."""
+    run_dir = tmp_path / "crash_marl"
+    proc = run_cli(
+        "env=tests.failing_envs:crash_marl", "vec.vectorization=async", "algo.num_groups=2",
+        "algo.group_size=2", "checkpoint.every=1", "total_steps=100000", "log.tensorboard=false",
+        "eval.every_steps=0", run_dir=run_dir, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    error = summary["error"]
+    assert "env 'tests.failing_envs:crash_marl' failed during step" in error and "EnvCrash" in error
+    index = int(error.split("vector index ")[1].split(",")[0])
+    seed = int(error.split("reset seed ")[1].split(")")[0])
+    assert 0 <= index < 4 and seed >= 0
+    ckpt = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
+    assert ckpt["counters"]["updates"] >= 1  # 30 healthy steps per env: a few 10-step updates
+    assert summary["env_steps"] >= ckpt["counters"]["env_steps"]
 
 
 def test_torchrun_one_rank_crashing_stops_all_ranks_cleanly(tmp_path: Path) -> None:
