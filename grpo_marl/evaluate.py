@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         run_dir = Path(args["run"])
         cfg, task, ckpt = load_run(run_dir, args["device"])
     except UserInputError as exc:
-        print(f"error: {exc}\n{USAGE}", file=sys.stderr)
+        usage = f"\n{USAGE}" if "required" in str(exc) or "option" in str(exc) else ""
+        print(f"error: {exc}{usage}", file=sys.stderr)
         sys.exit(2)
     episodes = int(args["episodes"] if args["episodes"] is not None else cfg.eval.episodes)
     seed_offset = int(args["seed_offset"])

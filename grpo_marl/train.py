@@ -362,15 +362,19 @@ def main(argv: list[str] | None = None) -> None:
 
     A command line Hydra cannot compose (unknown key, unknown config option) exits 2 as well.
     """
+    global _STARTED
+    _STARTED = False
+    saved_argv = list(sys.argv)
     if argv is not None:
         sys.argv[1:] = list(argv)
     args = sys.argv[1:]
-    problems = config_mod.check_command_line(args)
-    if problems:
-        _fail("error: invalid command line:\n  - " + "\n  - ".join(problems), EXIT_INPUT)
-    extra, scratch = rank_overrides(args, dist.env_rank(), dist.env_world_size())
-    sys.argv.extend(extra)
+    scratch = None
     try:
+        problems = config_mod.check_command_line(args)
+        if problems:
+            _fail("error: invalid command line:\n  - " + "\n  - ".join(problems), EXIT_INPUT)
+        extra, scratch = rank_overrides(args, dist.env_rank(), dist.env_world_size())
+        sys.argv.extend(extra)
         hydra_main()
     except KeyboardInterrupt:  # before the trainer installed its handlers: nothing to save yet
         _fail("interrupted before training started; nothing was trained", EXIT_SIGNAL[signal.SIGINT])
@@ -379,6 +383,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(EXIT_INPUT)  # Hydra refused the command line (its message is printed above)
         raise
     finally:
+        sys.argv[:] = saved_argv
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
