@@ -173,7 +173,7 @@ def test_short_learning_run_on_simple_spread(train, tmp_path: Path) -> None:
         "log.tensorboard=false",
         "marl.num_workers=0",
     )
-    assert summary["eval/return_mean"] > -22.5, summary  # measured -19.7 (seed 3)
+    assert summary["eval/return_mean"] > -22.5, summary  # measured -20.1 (seed 3, 16 s)
 
 
 def test_team_reward_makes_agent_groups_zero_variance() -> None:
