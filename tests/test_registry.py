@@ -171,9 +171,7 @@ def test_installed_entry_points(registry_sandbox, tmp_path: Path, monkeypatch: p
     entry's name; a hook that registers envs itself is simply called."""
     _install_fake_distribution(
         tmp_path,
-        "[grpo_marl.envs]\n"
-        "ep_factory_env = tests.custom_envs:make_toy\n"
-        "ep_hook = tests.custom_envs:register_hook\n",
+        "[grpo_marl.envs]\nep_factory_env = tests.custom_envs:make_toy\nep_hook = tests.custom_envs:register_hook\n",
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     registry_sandbox._ENTRY_POINTS_LOADED = False
@@ -219,3 +217,36 @@ def test_builtin_modules_import_cheaply() -> None:
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_pz_ids_resolve_to_parallel_envs(registry_sandbox) -> None:
+    """``env=pz:<namespace>/<name>-v<N>`` (the documented form; AEC-only ids included)."""
+    spec = get_spec("pz:sisl/pursuit-v5")
+    assert spec.kind == "pettingzoo" and spec.name == "pz:sisl/pursuit-v5"
+    env = spec.make(max_cycles=5, n_pursuers=2, n_evaders=2, x_size=8, y_size=8)
+    try:
+        obs, _ = env.reset(seed=0)
+        assert set(obs) == set(env.agents) and len(env.agents) == 2
+        obs, rewards, *_ = env.step({agent: env.action_space(agent).sample() for agent in env.agents})
+        assert set(rewards) == set(obs)
+    finally:
+        env.close()
+    assert get_spec("pz:sisl/pursuit-v5") is spec  # registered once
+
+
+def test_pz_turn_based_games_are_refused_with_the_reason(registry_sandbox) -> None:
+    from grpo_marl.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="is a turn-based game .* cannot be stepped as a parallel env"):
+        get_spec("pz:classic/tictactoe-v3")
+    with pytest.raises(
+        UnknownEnvError, match="PettingZoo has no id 'sisl/nothing-v1'; ids look like pz:sisl/pursuit-v5"
+    ):
+        get_spec("pz:sisl/nothing-v1")
+
+
+def test_unknown_name_suggests_the_closest(registry_sandbox) -> None:
+    with pytest.raises(UnknownEnvError, match="unknown env 'cartpol'. Did you mean cartpole?"):
+        get_spec("cartpol")
+    with pytest.raises(UnknownEnvError, match="cannot import module 'no_such_pkg.envs'. Known envs: acrobot"):
+        get_spec("no_such_pkg.envs:make")
