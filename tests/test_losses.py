@@ -288,3 +288,56 @@ def test_loss_registry() -> None:
             register_loss("grpo")(TestLoss)
     finally:
         LOSSES.pop("_test_loss")
+
+
+# --------------------------------------------------------------------------- algorithm seam
+def test_algorithm_losses_take_only_the_minibatch() -> None:
+    """``Algorithm.loss(mb)``: nothing algorithm-specific is passed to every loss."""
+    import inspect
+
+    from grpo_marl.algos import Algorithm, get_algo
+
+    for name in ("grpo", "ppo", "mappo", "ippo"):
+        assert list(inspect.signature(get_algo(name).loss).parameters) == ["self", "mb"], name
+    assert list(inspect.signature(Algorithm.loss).parameters) == ["self", "mb"]
+
+
+@pytest.mark.parametrize("aggregation", ["grpo", "dapo", "dr_grpo"])
+def test_grpo_minibatch_losses_average_to_the_full_batch_loss(resolve, aggregation: str) -> None:
+    """GRPO's aggregation weights are normalised over the whole batch; the algorithm scales a
+    minibatch's by the number of minibatches, so the mean of the minibatch losses is the loss of
+    the whole batch (the gradient does not depend on ``algo.minibatches``)."""
+    from grpo_marl.algos.grpo import GRPO
+    from grpo_marl.batch import Batch
+    from grpo_marl.registry import get_spec
+    from grpo_marl.tasks.control import ControlTask
+
+    cfg = resolve(
+        ["env=cartpole", "algo.group_size=3", "algo.num_groups=4", "algo.beta=0", f"algo.aggregation={aggregation}"]
+    )
+    task = ControlTask(cfg, get_spec("cartpole"), torch.device("cpu"))
+    try:
+        algo = GRPO(cfg.algo, task, torch.device("cpu"))
+        torch.manual_seed(0)
+        lengths = torch.tensor([3, 3, 3, 1, 2, 3, 4, 4, 4, 2, 2, 2])
+        mask = torch.arange(4)[None, :] < lengths[:, None]
+        data = {
+            "obs": torch.randn(12, 4, 4),
+            "actions": torch.randint(0, 2, (12, 4)),
+            "agent": torch.zeros(12, 4, dtype=torch.long),
+            "logp": torch.full((12, 4), -0.69),
+            "rewards": torch.randn(12, 4) * mask,
+            "mask": mask,
+        }
+        batch = Batch(data, group_size=3)
+        data, _ = algo.prepare(batch)
+        assert data is not None
+        algo.set_minibatches(1)
+        full = algo.loss(data)["loss"]
+        n = len(data["advantages"])
+        halves = [torch.arange(n)[: n // 2], torch.arange(n)[n // 2 :]]
+        algo.set_minibatches(2)
+        parts = [algo.loss({k: v[idx] for k, v in data.items()})["loss"] for idx in halves]
+        torch.testing.assert_close((parts[0] + parts[1]) / 2, full)
+    finally:
+        task.close()
