@@ -206,6 +206,39 @@ def test_custom_aec_env_registered_from_python(registry_sandbox, train, tmp_path
     assert summary["env_steps"] >= 40
 
 
+@pytest.mark.parametrize(
+    "algo",
+    [
+        ["algo.group_size=2", "algo.num_groups=2", "vec.vectorization=async", "marl.num_workers=2"],
+        ["algo=ippo", "algo.n_envs=4", "algo.n_steps=8", "vec.vectorization=sync"],
+    ],
+    ids=["grpo-workers", "ippo-in-process"],
+)
+@pytest.mark.parametrize(
+    ("factory", "error", "message"),
+    [
+        ("ToyCrash", "EnvError", "failed during step .*toy env crashed on purpose"),
+        ("ToyNaN", "NonFiniteError", "non-finite reward"),
+    ],
+)
+def test_env_failures_stop_a_multi_agent_run_cleanly(
+    registry_sandbox, train, tmp_path: Path, algo: list[str], factory: str, error: str, message: str
+) -> None:
+    """An exception inside a multi-agent env (in a worker process or in this one) and a NaN reward
+    stop the run with the named error and a ``failed`` summary, for both collectors."""
+    from grpo_marl import errors
+    from tests import toy_marl
+
+    registry_sandbox.register_env("toy_failing", getattr(toy_marl, factory), kind="pettingzoo")
+    run = tmp_path / "run"
+    with pytest.raises(getattr(errors, error), match=message) as err:
+        train(run, "env=toy_failing", "total_steps=64", "log.tensorboard=false", *algo)
+    assert isinstance(err.value, errors.TrainingStopped)
+    assert "vector index" in str(err.value) and "reset seed" in str(err.value)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"] == str(err.value)
+
+
 def test_auto_workers() -> None:
     assert resolve_workers(-1, 128, cpus=2) == 0  # no spare core: in-process is faster
     assert resolve_workers(-1, 128, cpus=16) == 15

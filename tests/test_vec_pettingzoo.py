@@ -7,8 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from gymnasium import spaces
-from pettingzoo import ParallelEnv
 from pettingzoo.test import parallel_api_test
 
 from grpo_marl.collectors import EpisodeCollector, evaluate_policy
@@ -21,47 +19,7 @@ from grpo_marl.vec import VecEnv, make_vec_env
 from grpo_marl.vec.drivers import PettingZooDriver
 from grpo_marl.vec.local import LocalVec
 from grpo_marl.vec.workers import WorkerVec
-
-
-class ToyLeaveEnv(ParallelEnv):
-    """Two agents; ``quitter_0`` leaves after 2 steps, ``stayer_0`` after 4. Action 0 of stayer is
-    masked out (Dict obs with action_mask); reward = action index."""
-
-    metadata = {"name": "toy_leave_v0", "is_parallelizable": True}
-
-    def __init__(self) -> None:
-        self.possible_agents = ["stayer_0", "quitter_0"]
-        self.agents: list[str] = []
-        self._obs = spaces.Dict(
-            {"observation": spaces.Box(-10, 10, (2,), np.float32), "action_mask": spaces.MultiBinary(3)}
-        )
-        self._act = spaces.Discrete(3)
-        self.t = 0
-
-    def observation_space(self, agent: str) -> spaces.Space:
-        return self._obs
-
-    def action_space(self, agent: str) -> spaces.Space:
-        return self._act
-
-    def _ob(self, agent: str) -> dict:
-        mask = np.array([agent != "stayer_0", 1, 1], dtype=np.int8)
-        return {"observation": np.array([self.t, len(agent)], np.float32), "action_mask": mask}
-
-    def reset(self, seed=None, options=None):
-        self.t = 0
-        self.agents = list(self.possible_agents)
-        return {a: self._ob(a) for a in self.agents}, {a: {} for a in self.agents}
-
-    def step(self, actions):
-        self.t += 1
-        live = list(self.agents)
-        rew = {a: float(actions[a]) for a in live}
-        term = {a: (a == "quitter_0" and self.t >= 2) or self.t >= 4 for a in live}
-        trunc = {a: False for a in live}
-        obs = {a: self._ob(a) for a in live}
-        self.agents = [a for a in live if not term[a]]
-        return obs, rew, term, trunc, {a: {} for a in live}
+from tests.toy_marl import ToyLeaveEnv
 
 
 def toy_vec(num_envs: int, num_workers: int = 0, with_state: bool = False) -> VecEnv:
