@@ -137,3 +137,79 @@ def test_registry_knows_text_envs() -> None:
         assert get_spec(name).kind == "text"
     env = make_env("arithmetic", digits=1, split="eval")
     assert isinstance(env, TextEnv) and len(env.data) == 100
+
+
+def test_arith_chat_task_is_conversational_with_a_held_out_split() -> None:
+    from envs.text.tasks import arith_chat_task
+
+    task = arith_chat_task()
+    assert len(task.train) == 2000 and len(task.eval) == 100
+    assert not set(map(str, task.train.prompts)) & set(map(str, task.eval.prompts))
+    msg = task.eval.prompts[0]
+    assert msg[0]["role"] == "user" and msg[0]["content"].endswith("Reply with the number only.")
+    a, b = (int(x) for x in msg[0]["content"].split("Compute ")[1].split(".")[0].split(" + "))
+    assert task.eval.answers[0] == str(a + b)
+    total, per, acc = task.score(
+        [msg] * 3, [f"The sum is {a + b}.", str(a + b + 1), f"{a + b}"], [task.eval.answers[0]] * 3
+    )
+    assert acc.tolist() == [1.0, 0.0, 1.0] and set(per) == {"last_int_match"}
+    env = TextEnv(task, split="eval")
+    prompt, _ = env.reset(options={"index": 0})
+    assert prompt == "user: " + msg[0]["content"]  # chat prompts are observed as plain text
+
+
+def test_jsonl_errors_name_file_and_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from grpo_marl.errors import ConfigError, DatasetError
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "1+1=", "answer": "2"}\n\n{"prompt": "2+2=", "answer": 4\n')
+    with pytest.raises(DatasetError, match=r"bad\.jsonl:3: not valid JSON"):
+        jsonl_task(str(bad))
+    bad.write_text('{"prompt": "1+1=", "answer": "2"}\n{"question": "x", "answer": "y"}\n')
+    with pytest.raises(DatasetError, match=r"bad\.jsonl:2: expected keys 'prompt' and 'answer'"):
+        jsonl_task(str(bad))
+    bad.write_text('{"prompt": [{"role": "user"}], "answer": "2"}\n')
+    with pytest.raises(DatasetError, match=r"bad\.jsonl:1: 'prompt' must be a string or a list of"):
+        jsonl_task(str(bad))
+    with pytest.raises(DatasetError, match=r"missing\.jsonl: no such file"):
+        jsonl_task(str(tmp_path / "missing.jsonl"))
+    with pytest.raises(ConfigError, match=r"\+env_kwargs\.path=data\.jsonl"):
+        jsonl_task()
+    good = tmp_path / "chat.jsonl"
+    good.write_text(json.dumps({"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2"}) + "\n")
+    task = jsonl_task(str(good), eval_frac=0.0)
+    assert task.train.prompts[0] == [{"role": "user", "content": "1+1?"}]
+
+
+def test_reward_failures_name_the_function_and_completion(monkeypatch: pytest.MonkeyPatch) -> None:
+    from grpo_marl.errors import RewardFunctionError, TrainingStopped
+
+    mod = types.ModuleType("user_rewards_for_test")
+
+    def picky(prompts, completions, answers, **kw):  # type: ignore[no-untyped-def]
+        return [1.0 / (len(c) - 3) for c in completions]  # raises on a 3-character completion
+
+    def nan_reward(prompts, completions, answers, **kw):  # type: ignore[no-untyped-def]
+        return [float("nan") if c == "7" else 0.0 for c in completions]
+
+    mod.picky, mod.nan_reward = picky, nan_reward  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "user_rewards_for_test", mod)
+    task = arithmetic_task(rewards={"user_rewards_for_test:picky": 1.0})
+    with pytest.raises(RewardFunctionError, match=r"'user_rewards_for_test:picky'.*ZeroDivisionError.*'abc'") as exc:
+        task.score(["1+1="] * 3, ["2", "abc", "22"], ["2"] * 3)
+    assert isinstance(exc.value, TrainingStopped)  # the run ends with status failed, checkpoint kept
+    task = arithmetic_task(rewards={"user_rewards_for_test:nan_reward": 1.0})
+    with pytest.raises(RewardFunctionError, match=r"returned nan for completion '7' \(answer '2'\)"):
+        task.score(["1+1="] * 2, ["2", "7"], ["2", "2"])
+
+
+def test_missing_text_extra_is_named_before_anything_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    from omegaconf import OmegaConf
+
+    from envs.text import text_config_errors
+    from grpo_marl.errors import MissingExtraError
+
+    cfg = OmegaConf.create({"env": "arithmetic", "env_kind": "text"})
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if the text extra were not installed
+    with pytest.raises(MissingExtraError, match=r'env=arithmetic .* pip install -e "\.\[text\]"'):
+        text_config_errors(cfg)

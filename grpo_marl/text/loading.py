@@ -30,7 +30,11 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 def require_transformers(what: str = "text envs") -> None:
     """Raise :class:`MissingExtraError` naming the ``text`` extra when transformers is missing."""
     for mod in ("transformers", "tokenizers"):
-        if importlib.util.find_spec(mod) is None:
+        try:
+            missing = importlib.util.find_spec(mod) is None
+        except ValueError:  # a module set to None in sys.modules (blocked)
+            missing = True
+        if missing:
             raise MissingExtraError(f"{what} need the optional 'text' extra ({mod} is not installed): {TEXT_EXTRA}")
 
 
