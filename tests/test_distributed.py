@@ -163,7 +163,8 @@ def test_torchrun_grpo_identical_ranks_one_run_dir_and_resume_on_one_process(tmp
     run_dir = run_dirs[0]
     # Rank 0's files only: one config, one metrics file, one checkpoint; no rank-1 artifacts.
     names = sorted(p.name for p in run_dir.iterdir())
-    assert names == [".hydra", "checkpoints", "config.yaml", "metrics.jsonl", "summary.json", "train.log"]
+    # (.lock: the run-directory lock rank 0 held while training, see grpo_marl/rundir.py)
+    assert names == [".hydra", ".lock", "checkpoints", "config.yaml", "metrics.jsonl", "summary.json", "train.log"]
     assert (run_dir / "train.log").read_text().count("Error") == 0
 
     h0, h1 = _hashes(hashes)
