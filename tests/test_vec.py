@@ -135,6 +135,30 @@ def test_restore_reproduces_next_steps(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(ENVS))
+def test_get_state_set_state_resumes_every_env_exactly(name: str) -> None:
+    """Exact resume: the whole vector state, pickled as a checkpoint stores it, continues in another
+    vector env of the same kind step for step (across the time limit, then frozen)."""
+    import pickle
+
+    vec, other = build(name, 3, 20), build(name, 3, 20)
+    act = controller(vec, seed=4)
+    try:
+        obs = vec.reset([1, 2, 3]).obs
+        for t in range(15):
+            obs = vec.step(act(obs, t)).obs
+        state = pickle.loads(pickle.dumps(vec.get_state()))
+        other.reset([7, 8, 9])
+        other.set_state(state)
+        a, b = rollout(vec, obs, act, 15, 10), rollout(other, obs, act, 15, 10)
+        assert a[-1].env_done.all()
+        for i in range(3):
+            assert_same(row(a, i), row(b, i))
+    finally:
+        vec.close()
+        other.close()
+
+
+@pytest.mark.parametrize("name", sorted(ENVS))
 def test_snapshot_is_independent_of_later_steps(name: str) -> None:
     """Stepping after a snapshot must not mutate it (no shared arrays or RNG objects)."""
     vec = build(name, 2, 50)
