@@ -166,6 +166,30 @@ def test_non_finite_reward_stops_and_keeps_checkpoint(train, tmp_path: Path, loa
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
 
 
+def test_non_finite_reward_of_a_multi_agent_env_stops_and_keeps_checkpoint(
+    train, tmp_path: Path, load_checkpoint
+) -> None:
+    """The multi-agent path has the same finite checks as the single-agent one: a PettingZoo env
+    whose reward turns NaN stops the run naming the env, with ``status: failed``."""
+    run_dir = tmp_path / "nan_marl"
+    with pytest.raises(NonFiniteError, match=r"env 'tests.failing_envs:nan_marl' returned a non-finite reward"):
+        train(
+            run_dir,
+            "env=tests.failing_envs:nan_marl",
+            "+env_kwargs.after=30",
+            "algo.num_groups=2",
+            "algo.group_size=2",
+            "checkpoint.every=1",
+            "total_steps=100000",
+            "eval.every_steps=0",
+        )
+    ckpt = load_checkpoint(run_dir)
+    assert ckpt["counters"]["updates"] >= 1
+    assert all(torch.isfinite(t).all() for t in ckpt["modules"]["policy"].values())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "nan_marl" in summary["error"]
+
+
 def test_non_finite_loss_stops_and_keeps_checkpoint(train, tmp_path: Path, load_checkpoint) -> None:
     run_dir = tmp_path / "nan_loss"
     with pytest.raises(
