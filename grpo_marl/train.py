@@ -143,8 +143,10 @@ class _StopOnSignal:
         self.trainer: Any = None
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
+        self._pid = os.getpid()
 
     def __enter__(self) -> None:
+        self._pid = os.getpid()
         if threading.current_thread() is threading.main_thread():
             for sig in EXIT_SIGNAL:
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -154,6 +156,8 @@ class _StopOnSignal:
             signal.signal(sig, handler)
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self._pid:
+            return  # a forked env worker inherited this handler: the trainer process decides, not it
         if self.signum is not None:
             raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
         self.signum = signum

@@ -42,7 +42,7 @@ def cli(*args: str, run_dir: Path | None = None, module: str = "grpo_marl.train"
     )
 
 
-def start(*args: str, run_dir: Path) -> subprocess.Popen:
+def start(*args: str, run_dir: Path, session: bool = False) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "grpo_marl.train", *args, f"hydra.run.dir={run_dir}"],
         cwd=ROOT,
@@ -50,6 +50,7 @@ def start(*args: str, run_dir: Path) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=session,
     )
 
 
@@ -165,6 +166,25 @@ def test_signal_saves_at_the_update_boundary_and_resume_finishes(tmp_path: Path,
     assert done.returncode == 0, done.stderr
     s = summary(run_dir)
     assert s["status"] == "completed" and s["env_steps"] >= 6000 > interrupted_at
+    assert_metrics_match_checkpoint(run_dir)
+
+
+def test_ctrl_c_at_a_terminal_with_env_worker_processes(tmp_path: Path) -> None:
+    """Ctrl-C signals the whole process group, env worker processes included: the run still stops
+    once, at the update boundary, as interrupted (not as a worker failure)."""
+    run_dir = tmp_path / "run"
+    proc = start(*FAST, "total_steps=400000", "checkpoint.every=1", "vec.vectorization=async", run_dir=run_dir,
+                 session=True)  # fmt: skip
+    try:
+        wait_for(run_dir / "checkpoints" / "last.pt", proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert err.count("SIGINT received") == 1 and "Traceback" not in err
+    assert summary(run_dir)["status"] == "interrupted"
     assert_metrics_match_checkpoint(run_dir)
 
 
