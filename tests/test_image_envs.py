@@ -225,3 +225,31 @@ def test_multiagent_video(tmp_path: Path) -> None:
     assert gifs and gifs[0].stat().st_size > 1000
     bad = _run(["-m", "grpo_marl.evaluate", f"run={run}", "video=maybe"])
     assert bad.returncode == 2
+
+
+def test_mappo_image_env_downsampled_state(tmp_path: Path) -> None:
+    """MAPPO's centralized critic on an image env reads the downsampled state (flat, 21x21)."""
+    run = tmp_path / "mappo"
+    proc = _run(
+        [
+            "-m",
+            "grpo_marl.train",
+            *PONG_SMALL,
+            "algo=mappo",
+            "algo.n_envs=2",
+            "algo.n_steps=16",
+            "algo.batch_size=32",
+            "env_preprocess.state_resize=[21,21]",
+            "total_steps=64",
+            "eval.episodes=1",
+            "log.progress=false",
+            f"hydra.run.dir={run}",
+        ]
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rollout storage: obs uint8[40, 40, 2] x 16 steps x 2 envs" in proc.stdout
+    ckpt = torch.load(run / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
+    critic = ckpt["modules"]["critic"]
+    first = next(v for k, v in critic.items() if k.endswith("0.weight"))
+    # own CNN features (512) + state (21 * 21) + agent one-hot (2) + time (1)
+    assert first.shape[1] == 512 + 21 * 21 + 2 + 1
