@@ -125,5 +125,12 @@ def nan_marl(after: int = 30) -> TwoWalkers:
     return TwoWalkers(after=after, fault="nan")
 
 
+def two_walkers(max_cycles: int = 10) -> TwoWalkers:
+    """``env=tests.failing_envs:two_walkers``: the same env, healthy (a plain PettingZoo env with no
+    snapshot hooks of its own, so snapshots take the generic pickling path)."""
+    return TwoWalkers(after=2**62, fault="none", max_cycles=max_cycles)
+
+
 crash_marl.grpo_marl_kind = "pettingzoo"  # type: ignore[attr-defined]
+two_walkers.grpo_marl_kind = "pettingzoo"  # type: ignore[attr-defined]
 nan_marl.grpo_marl_kind = "pettingzoo"  # type: ignore[attr-defined]

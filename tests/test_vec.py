@@ -40,6 +40,9 @@ ENVS = {
     "simple_spread-port": ("simple_spread", "native"),
     "simple_spread-sync": ("simple_spread", "sync"),
     "simple_spread-async": ("simple_spread", "async"),
+    # a plain PettingZoo Parallel env (generic pickled snapshots), in-process and in workers
+    "walkers-sync": ("tests.failing_envs:two_walkers", "sync"),
+    "walkers-async": ("tests.failing_envs:two_walkers", "async"),
 }
 
 
