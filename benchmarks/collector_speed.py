@@ -8,12 +8,16 @@ sampling) and ``vec.step`` per vector step, nothing stored. Against it we time
   slots that finish start the next group's members at once), and
 * PPO's :class:`~grpo_marl.collectors.StepCollector` (``n_steps`` per env, streaming),
 
-each returning the :class:`~grpo_marl.batch.Batch` the trainer consumes. Env steps/s counts the
+each returning the :class:`~grpo_marl.batch.Batch` the trainer consumes. Every env is timed
+under each ``--vectorizations`` in the same run: ``auto`` (the batched numpy port where one
+exists) and ``sync`` (the original Gymnasium envs stepped one by one), so the port's gain shows
+as a same-run ratio. Env steps/s counts the
 transitions the collector hands to training; GRPO's episode collector also steps finished slots
 until the longest episode of the batch ends (its ``vector utilization`` is reported), so its
 *vector* steps/s is shown too. One torch thread, as in training::
 
-    python -m benchmarks.collector_speed --envs cartpole pendulum --num-envs 64 --out results/collector_speed.md
+    python -m benchmarks.collector_speed --envs cartpole acrobot pendulum mountaincar_continuous \
+        --num-envs 64 --out results/collector_speed.md
 """
 
 from __future__ import annotations
@@ -62,9 +66,11 @@ def time_collector(collect, min_seconds: float) -> tuple[float, float, float]:
     return steps / dt, vsteps / dt, steps / max(vsteps, 1)
 
 
-def measure(env: str, num_envs: int, group_size: int, n_steps: int, seconds: float) -> dict[str, float]:
+def measure(
+    env: str, num_envs: int, group_size: int, n_steps: int, seconds: float, vectorization: str = "auto"
+) -> dict[str, float]:
     spec = get_spec(env)
-    vec = make_vec_env(spec, num_envs)
+    vec = make_vec_env(spec, num_envs, vectorization=vectorization)
     groups = AgentGroups.from_layout(vec.layout)
     policy = ActorPolicy(groups, hidden=(64, 64))
     out = {"env": env, "vector": type(vec).__name__, "num_envs": num_envs}
@@ -77,7 +83,8 @@ def measure(env: str, num_envs: int, group_size: int, n_steps: int, seconds: flo
     out["bare_sps"] = float(np.median(rates))
     grpo = EpisodeCollector(vec, groups, num_groups=num_envs // group_size, group_size=group_size, seed=0)
     out["grpo_sps"], out["grpo_vector_sps"], out["grpo_utilization"] = time_collector(
-        lambda: grpo.collect(policy), seconds)
+        lambda: grpo.collect(policy), seconds
+    )
     stream = StreamingCollector(vec, groups, num_groups=num_envs // group_size, group_size=group_size, seed=0)
     out["stream_sps"], _, _ = time_collector(lambda: stream.collect(policy), seconds)
     ppo = StepCollector(vec, groups, n_steps=n_steps, seed=0)
@@ -88,7 +95,10 @@ def measure(env: str, num_envs: int, group_size: int, n_steps: int, seconds: flo
 
 def main(argv: list[str] | None = None) -> str:
     p = argparse.ArgumentParser(description="collector throughput vs a bare act+step loop")
-    p.add_argument("--envs", nargs="*", default=["cartpole", "pendulum"])
+    p.add_argument("--envs", nargs="*", default=["cartpole", "acrobot", "pendulum", "mountaincar_continuous"])
+    p.add_argument(
+        "--vectorizations", nargs="*", default=["auto", "sync"], help="vec.vectorization values timed per env"
+    )
     p.add_argument("--num-envs", type=int, default=64, help="vector width (GRPO default: 8 groups x 8)")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--n-steps", type=int, default=128, help="PPO collector steps per env per call")
@@ -96,20 +106,25 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
-    rows = [measure(e, a.num_envs, a.group_size, a.n_steps, a.seconds) for e in a.envs]
+    rows = [measure(e, a.num_envs, a.group_size, a.n_steps, a.seconds, v) for e in a.envs for v in a.vectorizations]
+    first: dict[str, float] = {}
+    for r in rows:  # GRPO episode collector relative to the env's first vectorization (same run)
+        r["vs_first"] = r["grpo_sps"] / first.setdefault(r["env"], r["grpo_sps"])
     lines = [
         f"Collector throughput, {a.num_envs} envs, MLP 64x64, 1 torch thread (env steps/s handed to training).",
         "",
+        f"GRPO x: the episode collector's env steps/s relative to `{a.vectorizations[0]}` on the same env.",
+        "",
         "| env | vector env | bare act+step | GRPO episode collector | (vector steps/s, utilization) "
-        "| GRPO streaming collector | PPO step collector |",
-        "|---|---|---|---|---|---|---|",
+        "| GRPO streaming collector | PPO step collector | GRPO x |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['env']} | {r['vector']} | {r['bare_sps']:,.0f} | {r['grpo_sps']:,.0f} "
             f"({r['grpo_sps'] / r['bare_sps']:.0%} of bare) | {r['grpo_vector_sps']:,.0f}, "
             f"{r['grpo_utilization']:.0%} | {r['stream_sps']:,.0f} ({r['stream_sps'] / r['bare_sps']:.0%} of bare) "
-            f"| {r['ppo_sps']:,.0f} ({r['ppo_sps'] / r['bare_sps']:.0%} of bare) |"
+            f"| {r['ppo_sps']:,.0f} ({r['ppo_sps'] / r['bare_sps']:.0%} of bare) | {r['vs_first']:.2f}x |"
         )
     text = "\n".join(lines) + "\n"
     if a.out:
