@@ -198,3 +198,16 @@ def test_trl_runner_without_trl_names_the_extra(tmp_path: Path, monkeypatch: pyt
     argv = RUNNERS["trl_grpo"](Job(text, text.env("arithmetic"), "trl_grpo", 2, tmp_path, smoke=True))
     assert argv[1:3] == ["-m", "benchmarks.trl_runner"] and "env=arithmetic" in argv and "algo=grpo" in argv
     assert "seed=2" in argv and "total_steps=1024" in argv and f"hydra.run.dir={tmp_path}" in argv
+
+
+def test_collector_speed_times_the_port_and_gymnasium_in_one_run(tmp_path: Path) -> None:
+    """Each env gets one row per vectorization (the port under auto, Gymnasium's envs under sync)
+    and the GRPO collector's same-run ratio against the first."""
+    from benchmarks.collector_speed import main as collector_speed
+
+    out = tmp_path / "speed.md"
+    text = collector_speed(["--envs", "acrobot", "--num-envs", "8", "--seconds", "0.05", "--n-steps", "8",
+                            "--out", str(out)])
+    rows = [line for line in text.splitlines() if line.startswith("| acrobot")]
+    assert [r.split("|")[2].strip() for r in rows] == ["AcrobotVec", "LocalVec"]
+    assert rows[0].rstrip().endswith("| 1.00x |") and out.read_text() == text
