@@ -194,7 +194,9 @@ def rows_of(x: np.ndarray | Tensor, device: torch.device) -> Tensor:
     t = x if isinstance(x, Tensor) else torch.from_numpy(np.ascontiguousarray(x))
     n_t, n_e, n_a = t.shape[:3]
     t = t.movedim(0, 2).reshape(n_e * n_a, n_t, *t.shape[3:])
-    return t.to(device).contiguous()
+    out = t.to(device).contiguous()
+    # Storage is reused by the next collection: the batch must never be a view of it.
+    return out.clone() if isinstance(x, Tensor) and out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() else out
 
 
 def episode_metrics(returns: Tensor, lengths: Tensor, agents: Sequence[str], groups: Any, prefix: str) -> dict[str, float]:
