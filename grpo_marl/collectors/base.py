@@ -191,12 +191,11 @@ def rollout_storage_bytes(
 
 def rows_of(x: np.ndarray | Tensor, device: torch.device) -> Tensor:
     """``[T, E, A, ...]`` -> rollout-major ``[E * A, T, ...]`` (rollout ``e * A + a``)."""
-    t = x if isinstance(x, Tensor) else torch.from_numpy(np.ascontiguousarray(x))
-    n_t, n_e, n_a = t.shape[:3]
-    t = t.movedim(0, 2).reshape(n_e * n_a, n_t, *t.shape[3:])
-    out = t.to(device).contiguous()
+    src = x if isinstance(x, Tensor) else torch.from_numpy(np.ascontiguousarray(x))
+    n_t, n_e, n_a = src.shape[:3]
+    out = src.movedim(0, 2).reshape(n_e * n_a, n_t, *src.shape[3:]).to(device).contiguous()
     # Storage is reused by the next collection: the batch must never be a view of it.
-    return out.clone() if isinstance(x, Tensor) and out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() else out
+    return out.clone() if out.untyped_storage().data_ptr() == src.untyped_storage().data_ptr() else out
 
 
 def episode_metrics(returns: Tensor, lengths: Tensor, agents: Sequence[str], groups: Any, prefix: str) -> dict[str, float]:
