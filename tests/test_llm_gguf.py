@@ -251,3 +251,15 @@ def test_bad_model_path_and_missing_jsonl_path_are_one_clear_line(tmp_path: Path
     proc = _cli("env=text_jsonl", f"hydra.run.dir={tmp_path / 'b'}", cwd=ROOT)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "+env_kwargs.path=data.jsonl" in proc.stderr
+
+
+def test_pkg_model_paths_resolve_inside_installed_packages(tmp_path: Path) -> None:
+    from envs.text import resolve_package_path
+    from grpo_marl.errors import ModelPathError
+
+    assert resolve_package_path("pkg://envs/text/tasks.py") == str(ROOT / "envs" / "text" / "tasks.py")
+    assert resolve_package_path(str(tmp_path)) == str(tmp_path)  # other paths unchanged
+    with pytest.raises(ModelPathError, match=r"package 'no_such_pkg_for_test' is not installed"):
+        resolve_package_path("pkg://no_such_pkg_for_test/model.gguf")
+    with pytest.raises(ModelPathError, match=r"does not exist in the installed package"):
+        resolve_package_path("pkg://envs/missing.gguf")
