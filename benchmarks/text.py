@@ -157,9 +157,20 @@ def worker_trl(a: argparse.Namespace) -> dict[str, Any]:
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
     args = grpo_config(
-        output_dir=Path(a.out) / "trl_run", prompts=a.prompts, group_size=a.group_size,
-        max_new_tokens=a.max_new_tokens, lr=a.lr, updates=a.steps, seed=a.seed,
-        aggregation="dapo", scale="group", beta=0.0, epochs=1, minibatches=1, max_grad_norm=1.0, adam_eps=1e-5,
+        output_dir=Path(a.out) / "trl_run",
+        prompts=a.prompts,
+        group_size=a.group_size,
+        max_new_tokens=a.max_new_tokens,
+        lr=a.lr,
+        updates=a.steps,
+        seed=a.seed,
+        aggregation="dapo",
+        scale="group",
+        beta=0.0,
+        epochs=1,
+        minibatches=1,
+        max_grad_norm=1.0,
+        adam_eps=1e-5,
     )
     curve: list[dict[str, float]] = []
 
@@ -243,7 +254,9 @@ def write_report(results: list[dict[str, Any]], a: argparse.Namespace, out: Path
 
         fig, ax = plt.subplots(figsize=(6, 4))
         for r in ok:
-            ax.plot([p["wall_s"] for p in r["curve"]], [p["accuracy"] for p in r["curve"]], marker="o", label=r["framework"])
+            ax.plot(
+                [p["wall_s"] for p in r["curve"]], [p["accuracy"] for p in r["curve"]], marker="o", label=r["framework"]
+            )
         ax.set_xlabel("training wall-clock (s)")
         ax.set_ylabel("greedy accuracy (100 prompts)")
         ax.set_ylim(0, 1)
@@ -282,7 +295,9 @@ def main(argv: list[str] | None = None) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     for fw in a.frameworks:
         argv_w = [sys.executable, "-m", "benchmarks.text", "--worker", fw, "--model", str(model)]
-        argv_w += [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in ("worker", "model", "frameworks")]
+        argv_w += [
+            f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in ("worker", "model", "frameworks")
+        ]
         print(f"[text bench] running {fw} ...", flush=True)
         proc = subprocess.run(argv_w, cwd=REPO, env=env, capture_output=True, text=True)
         res_path = out / f"{fw}.json"

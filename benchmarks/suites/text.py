@@ -97,7 +97,7 @@ register_suite(
                 "arith_chat",
                 "arith_chat (SmolLM2-135M-Instruct)",
                 eval_every=320,
-                total_steps={"grpo": None, "trl_grpo": 960, "trl_grpo_nogc": 960},
+                total_steps={"grpo": 640, "trl_grpo": 640, "trl_grpo_nogc": 640},
                 threshold=0.85,
                 metric="eval/accuracy",
                 metric_digits=2,
