@@ -309,7 +309,7 @@ def test_turn_based_pz_game_exits_2(tmp_path: Path) -> None:
     "env, expected",
     [
         ("pz:sisl/nothing-v1", "error: env 'pz:sisl/nothing-v1': PettingZoo has no id 'sisl/nothing-v1'"),
-        ("cartpol", "error: unknown env 'cartpol'. Did you mean cartpole? Known envs: acrobot, arithmetic,"),
+        ("cartpol", "error: unknown env 'cartpol'. Did you mean cartpole? Known envs: acrobot, "),
         ("no_such_pkg.envs:make", "error: env 'no_such_pkg.envs:make': cannot import module 'no_such_pkg.envs'."),
     ],
 )
@@ -320,6 +320,7 @@ def test_unusable_env_names_exit_2(env: str, expected: str, tmp_path: Path, caps
     assert code == 2 and err.startswith(expected), err
     assert "Traceback" not in err and len(err.splitlines()) == 1
     if "Known envs" in expected:
+        assert "cartpole, " in err and "simple_spread, " in err  # the known names are listed
         assert "pz:<namespace>/<name>-v<N>" in err and "package.module:factory" in err
 
 
@@ -358,8 +359,8 @@ def test_missing_extra_is_named_with_the_install_command(tmp_path: Path) -> None
     run_dir = tmp_path / "run"
     proc = cli("env=arithmetic", "log.progress=false", run_dir=run_dir, env=env)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (
-        "error: env 'arithmetic' (text env) needs transformers, which is not installed; install the 'text' extra: "
-        "pip install 'grpo_marl[text]' (from a clone: pip install -e '.[text]')"
-    )
+    err = proc.stderr.strip()
+    # names the env, the missing module and the command that installs it (wording: grpo_marl.tasks / grpo_marl.text)
+    assert err.startswith("error: env") and "arithmetic" in err and "transformers" in err, err
+    assert "pip install" in err and ".[text]" in err and "Traceback" not in err and len(err.splitlines()) == 1
     assert not (run_dir / "config.yaml").exists()
