@@ -78,14 +78,18 @@ def main(argv: list[str] | None = None) -> str:
     if not results:
         raise SystemExit(f"no finished runs with a final checkpoint under {a.out / a.suite / 'runs'}")
     cmd = "python -m benchmarks.reeval --suite {} --episodes {}{}".format(
-        a.suite, a.episodes, f" --envs {' '.join(a.envs)}" if a.envs else "")
+        a.suite, a.episodes, f" --envs {' '.join(a.envs)}" if a.envs else ""
+    )
     # Invocations accumulate (e.g. many episodes on fast envs, fewer on slow ones): final_eval.json
     # keeps each command's results, rerunning a command replaces its own; the table shows them all.
     store_path = a.out / a.suite / "final_eval.json"
     store = json.loads(store_path.read_text()) if store_path.exists() else {}
-    store[cmd] = {"episodes": a.episodes,
-                  "results": {env: {algo: [[s, r] for s, r in runs] for algo, runs in algos.items()}
-                              for env, algos in results.items()}}
+    store[cmd] = {
+        "episodes": a.episodes,
+        "results": {
+            env: {algo: [[s, r] for s, r in runs] for algo, runs in algos.items()} for env, algos in results.items()
+        },
+    }
     store_path.write_text(json.dumps(store, indent=2) + "\n")
     text = "\n".join(table(v["results"], v["episodes"], c) for c, v in store.items())
     (a.out / a.suite / "final_eval.md").write_text(text)

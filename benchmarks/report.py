@@ -84,10 +84,17 @@ def _per_seed(run: dict[str, Any], threshold: float | None, metric: str = "eval/
         wall = last["wall_s"] if last else None
         finished = False
     sps = env_steps / wall if env_steps and wall else None
-    out = {"steps_to_threshold": steps_thr, "time_to_threshold_s": time_thr, "final_mean": final_mean,
-           "final_std": final_std, "env_steps": env_steps, "wall_seconds": wall, "sps": sps,
-           "finished": finished}
-    throughput = {k[len(THROUGHPUT):]: v for k, v in (s or {}).items() if k.startswith(THROUGHPUT)}
+    out = {
+        "steps_to_threshold": steps_thr,
+        "time_to_threshold_s": time_thr,
+        "final_mean": final_mean,
+        "final_std": final_std,
+        "env_steps": env_steps,
+        "wall_seconds": wall,
+        "sps": sps,
+        "finished": finished,
+    }
+    throughput = {k[len(THROUGHPUT) :]: v for k, v in (s or {}).items() if k.startswith(THROUGHPUT)}
     if throughput:  # only runs that measure it (text), so other suites' results stay as they were
         out["throughput"] = throughput
     return out
@@ -125,8 +132,12 @@ def aggregate(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]]) ->
             finals = [p["final_mean"] for p in per.values() if p["final_mean"] is not None]
             sps = [p["sps"] for p in per.values() if p["sps"] is not None]
             row = rows[f"{entry.env}/{algo}"] = {
-                "env": entry.env, "label": entry.label, "algo": algo, "threshold": threshold,
-                "seeds": seeds, "per_seed": per,
+                "env": entry.env,
+                "label": entry.label,
+                "algo": algo,
+                "threshold": threshold,
+                "seeds": seeds,
+                "per_seed": per,
                 "steps_to_threshold": _median_range([p["steps_to_threshold"] for p in per.values()]),
                 "time_to_threshold_s": _median_range([p["time_to_threshold_s"] for p in per.values()]),
                 f"final_{key}_mean": float(np.mean(finals)) if finals else None,
@@ -193,8 +204,16 @@ def _fmt_range(mr: dict[str, Any], digits: int = 0) -> str:
     return f"{_fmt_num(mr['median'], digits)} [{_fmt_num(mr['min'], digits)}-{hi}] ({reached})"
 
 
-def _ratio_sentence(target: str, ref: str, kind: str, ratio: float | None, label: str,
-                    target_reached: bool = True, ref_reached: bool = True, unit: str = "env steps") -> str:
+def _ratio_sentence(
+    target: str,
+    ref: str,
+    kind: str,
+    ratio: float | None,
+    label: str,
+    target_reached: bool = True,
+    ref_reached: bool = True,
+    unit: str = "env steps",
+) -> str:
     if ratio is None:
         if not target_reached and ref_reached:
             return f"**{target} did not reach the threshold on {label}** (median over seeds); {ref} did"
@@ -220,7 +239,9 @@ def _throughput_table(agg: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     lines = [
-        "", "## Throughput (median over finished seeds; evaluations excluded)", "",
+        "",
+        "## Throughput (median over finished seeds; evaluations excluded)",
+        "",
         "Step time: seconds per update (sampling, dynamic-sampling resamples included, + scoring + optimizer "
         "step). Completions/s and tokens/s: "
         "completions and completion tokens sampled per training second. Peak memory: the process's resident "
@@ -270,8 +291,10 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
     for r in agg["rows"].values():
         final, k, d = "-", keys[r["env"]], digits[r["env"]]
         if r[f"final_{k}_mean"] is not None:
-            final = (f"{r[f'final_{k}_mean']:.{d}f} +- {r[f'final_{k}_std_over_seeds']:.{d}f} "
-                     f"[{r[f'final_{k}_min']:.{d}f}, {r[f'final_{k}_max']:.{d}f}]")
+            final = (
+                f"{r[f'final_{k}_mean']:.{d}f} +- {r[f'final_{k}_std_over_seeds']:.{d}f} "
+                f"[{r[f'final_{k}_min']:.{d}f}, {r[f'final_{k}_max']:.{d}f}]"
+            )
         unfinished = "" if r["finished"] == len(r["seeds"]) else f" ({len(r['seeds']) - r['finished']} cut by budget)"
         if r["threshold"] is None:
             thr, steps_cell, time_cell = "none", "n/a (no threshold)", "n/a"
@@ -283,8 +306,11 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
             f"{_fmt_num(r['sps_median'])} |"
         )
     lines += _throughput_table(agg)
-    lines += ["", f"## {suite.target} relative to {suite.references_label} "
-              f"(ratio of medians; < 1 is better for {suite.target})", ""]
+    lines += [
+        "",
+        f"## {suite.target} relative to {suite.references_label} (ratio of medians; < 1 is better for {suite.target})",
+        "",
+    ]
     lines += [f"| env | vs | {unit.replace(' ', '-')} ratio | wall-clock ratio |", "|---|---|---|---|"]
     sentences = []
     for entry in suite.envs:
@@ -297,28 +323,37 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
                 a, b = target_row[f"final_{k}_mean"], agg["rows"][f"{entry.env}/{ref}"][f"final_{k}_mean"]
                 if a is not None and b is not None:
                     word = "higher" if a > b else "lower"
-                    sentences.append(f"{entry.label} has no threshold: final greedy {k} {suite.target} {a:.{d}f} "
-                                     f"vs {ref} {b:.{d}f} ({suite.target} {word}; mean over seeds)")
+                    sentences.append(
+                        f"{entry.label} has no threshold: final greedy {k} {suite.target} {a:.{d}f} "
+                        f"vs {ref} {b:.{d}f} ({suite.target} {word}; mean over seeds)"
+                    )
                 continue
             if rr["steps"] is None:
-                reached = (target_row["steps_to_threshold"]["median"] is not None,
-                           agg["rows"][f"{entry.env}/{ref}"]["steps_to_threshold"]["median"] is not None)
+                reached = (
+                    target_row["steps_to_threshold"]["median"] is not None,
+                    agg["rows"][f"{entry.env}/{ref}"]["steps_to_threshold"]["median"] is not None,
+                )
                 sentences.append(
-                    _ratio_sentence(suite.target, ref, "env steps", None, entry.label, *reached, unit=unit))
+                    _ratio_sentence(suite.target, ref, "env steps", None, entry.label, *reached, unit=unit)
+                )
                 continue
             sentences.append(_ratio_sentence(suite.target, ref, "env steps", rr["steps"], entry.label, unit=unit))
             sentences.append(_ratio_sentence(suite.target, ref, "wall-clock", rr["wall"], entry.label))
     if sentences:
         lines += ["", *[f"- {s}" for s in sentences]]
     if plots:
-        lines += ["", f"Learning curves (greedy {metric_key(suite.envs[0].metric)} vs {unit} and vs wall seconds): "
-                  + ", ".join(f"`{name}`" for name in plots)]
+        lines += [
+            "",
+            f"Learning curves (greedy {metric_key(suite.envs[0].metric)} vs {unit} and vs wall seconds): "
+            + ", ".join(f"`{name}`" for name in plots),
+        ]
     lines.append("")
     return "\n".join(lines)
 
 
-def plot_curves(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]], agg: dict[str, Any],
-                out_dir: Path) -> list[Path]:
+def plot_curves(
+    suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]], agg: dict[str, Any], out_dir: Path
+) -> list[Path]:
     """One PNG per env: greedy ``metric`` vs env steps and vs wall seconds, median + min-max band."""
     import matplotlib
 
@@ -369,8 +404,9 @@ def plot_curves(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]], 
     return paths
 
 
-def write_report(suite: Suite, out_dir: Path, runs: dict[tuple[str, str, int], dict[str, Any]],
-                 meta: dict[str, Any]) -> dict[str, Any]:
+def write_report(
+    suite: Suite, out_dir: Path, runs: dict[tuple[str, str, int], dict[str, Any]], meta: dict[str, Any]
+) -> dict[str, Any]:
     agg = aggregate(suite, runs)
     pngs = plot_curves(suite, runs, agg, out_dir)
     # What the runs' final evaluations actually used (eval.final_episodes may differ from periodic).

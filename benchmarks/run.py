@@ -35,8 +35,15 @@ from benchmarks.suites import Suite, get_suite
 REPO = Path(__file__).resolve().parents[1]
 
 
-def plan(suite: Suite, out: Path, seeds: list[int], envs: list[str] | None, algos: list[str] | None,
-         smoke: bool, stop_on_threshold: bool) -> list[Job]:
+def plan(
+    suite: Suite,
+    out: Path,
+    seeds: list[int],
+    envs: list[str] | None,
+    algos: list[str] | None,
+    smoke: bool,
+    stop_on_threshold: bool,
+) -> list[Job]:
     """Jobs ordered seed-major, so a budget cut leaves complete seeds rather than complete envs."""
     entries = [suite.env(e) for e in envs] if envs else suite.envs
     algos = algos or suite.algos
@@ -45,7 +52,9 @@ def plan(suite: Suite, out: Path, seeds: list[int], envs: list[str] | None, algo
         raise SystemExit(f"algorithms {unknown} are not in suite {suite.name!r} ({suite.algos})")
     return [
         Job(suite, entry, algo, seed, out / "runs" / entry.env / algo / f"seed{seed}", smoke, stop_on_threshold)
-        for seed in seeds for entry in entries for algo in algos
+        for seed in seeds
+        for entry in entries
+        for algo in algos
     ]
 
 
@@ -67,7 +76,7 @@ def _why(job: Job) -> str:
     except OSError:
         return ""
     errors = [line.strip() for line in lines if line.startswith("error:")]
-    return f": {errors[-1][len('error:'):].strip()}" if errors else ""
+    return f": {errors[-1][len('error:') :].strip()}" if errors else ""
 
 
 def execute(jobs: list[Job], n_parallel: int, budget_s: float | None, force: bool) -> dict[str, str]:
@@ -84,8 +93,12 @@ def execute(jobs: list[Job], n_parallel: int, budget_s: float | None, force: boo
         else:
             pending.append(job)
     deadline = None if budget_s is None else time.monotonic() + budget_s
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
     running: list[tuple[Job, subprocess.Popen, float]] = []
     while pending or running:
         while pending and len(running) < n_parallel:
@@ -100,8 +113,9 @@ def execute(jobs: list[Job], n_parallel: int, budget_s: float | None, force: boo
             log = open(job.run_dir / "runner.log", "w")
             log.write(" ".join(argv) + "\n")
             log.flush()
-            proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
             log.close()
             running.append((job, proc, time.monotonic()))
             print(f"[bench] start {job.key}", flush=True)
@@ -169,10 +183,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # Run dirs are not versioned: rebuilding from none would overwrite a committed report.
         raise SystemExit(f"--report-only: no finished runs under {out / 'runs'}; nothing rebuilt")
     meta = {
-        "suite": suite.name, "seeds": sorted({s for (_, _, s) in runs}) or seeds, "jobs": a.jobs,
-        "cpus": os.cpu_count(), "smoke": a.smoke, "budget_minutes": a.budget_minutes,
+        "suite": suite.name,
+        "seeds": sorted({s for (_, _, s) in runs}) or seeds,
+        "jobs": a.jobs,
+        "cpus": os.cpu_count(),
+        "smoke": a.smoke,
+        "budget_minutes": a.budget_minutes,
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "python": sys.version.split()[0], "status": status,
+        "python": sys.version.split()[0],
+        "status": status,
     }
     payload = write_report(suite, out, runs, meta)
     print(f"[bench] wrote {out / 'table.md'}, {out / 'results.json'} and {len(payload['plots'])} plot(s)", flush=True)

@@ -12,9 +12,9 @@ these, and other runners (SB3 here; TRL in ``benchmarks/suites/text.py``) mimic 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from benchmarks.suites import EnvEntry, Suite
 
@@ -57,11 +57,18 @@ def register_runner(algo: str) -> Callable[[Runner], Runner]:
 def grpo_marl_command(job: Job, algo: str) -> list[str]:
     """The real CLI (``python -m grpo_marl.train``), so benchmarks exercise what users run."""
     argv = [
-        sys.executable, "-m", "grpo_marl.train",
-        f"env={job.entry.env}", f"algo={algo}", f"seed={job.seed}",
+        sys.executable,
+        "-m",
+        "grpo_marl.train",
+        f"env={job.entry.env}",
+        f"algo={algo}",
+        f"seed={job.seed}",
         f"hydra.run.dir={job.run_dir}",
-        f"eval.every_steps={job.eval_every}", f"eval.episodes={job.suite.eval_episodes}",
-        "log.progress=false", "log.tensorboard=false", "checkpoint.every=0",
+        f"eval.every_steps={job.eval_every}",
+        f"eval.episodes={job.suite.eval_episodes}",
+        "log.progress=false",
+        "log.tensorboard=false",
+        "checkpoint.every=0",
     ]
     if job.total_steps:
         argv.append(f"total_steps={job.total_steps}")
@@ -88,9 +95,19 @@ def _ppo(job: Job) -> list[str]:
 @register_runner("sb3_ppo")
 def _sb3_ppo(job: Job) -> list[str]:
     argv = [
-        sys.executable, "-m", "benchmarks.sb3_ppo",
-        "--env", job.entry.env, "--seed", str(job.seed), "--run-dir", str(job.run_dir),
-        "--eval-every", str(job.eval_every), "--eval-episodes", str(job.suite.eval_episodes),
+        sys.executable,
+        "-m",
+        "benchmarks.sb3_ppo",
+        "--env",
+        job.entry.env,
+        "--seed",
+        str(job.seed),
+        "--run-dir",
+        str(job.run_dir),
+        "--eval-every",
+        str(job.eval_every),
+        "--eval-episodes",
+        str(job.suite.eval_episodes),
     ]
     if job.total_steps:
         argv += ["--total-steps", str(job.total_steps)]

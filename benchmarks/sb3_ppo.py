@@ -23,19 +23,62 @@ import numpy as np
 
 # rl-baselines3-zoo 2.x hyperparams/ppo.yml (entries copied verbatim; "lin_X" = linear from X to 0).
 ZOO_PPO: dict[str, dict[str, Any]] = {
-    "CartPole-v1": dict(n_envs=8, n_timesteps=1e5, policy="MlpPolicy", n_steps=32, batch_size=256,
-                        gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
-                        learning_rate="lin_0.001", clip_range="lin_0.2"),
-    "Acrobot-v1": dict(normalize=True, n_envs=16, n_timesteps=1e6, policy="MlpPolicy", n_steps=256,
-                       gae_lambda=0.94, gamma=0.99, n_epochs=4, ent_coef=0.0),
-    "Pendulum-v1": dict(n_envs=4, n_timesteps=1e5, policy="MlpPolicy", n_steps=1024, gae_lambda=0.95,
-                        gamma=0.9, n_epochs=10, ent_coef=0.0, learning_rate=1e-3, clip_range=0.2,
-                        use_sde=True, sde_sample_freq=4),
-    "MountainCarContinuous-v0": dict(normalize=True, n_envs=1, n_timesteps=20000, policy="MlpPolicy",
-                                     batch_size=256, n_steps=8, gamma=0.9999, learning_rate=7.77e-05,
-                                     ent_coef=0.00429, clip_range=0.1, n_epochs=10, gae_lambda=0.9,
-                                     max_grad_norm=5, vf_coef=0.19, use_sde=True,
-                                     policy_kwargs="dict(log_std_init=-3.29, ortho_init=False)"),
+    "CartPole-v1": dict(
+        n_envs=8,
+        n_timesteps=1e5,
+        policy="MlpPolicy",
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        ent_coef=0.0,
+        learning_rate="lin_0.001",
+        clip_range="lin_0.2",
+    ),
+    "Acrobot-v1": dict(
+        normalize=True,
+        n_envs=16,
+        n_timesteps=1e6,
+        policy="MlpPolicy",
+        n_steps=256,
+        gae_lambda=0.94,
+        gamma=0.99,
+        n_epochs=4,
+        ent_coef=0.0,
+    ),
+    "Pendulum-v1": dict(
+        n_envs=4,
+        n_timesteps=1e5,
+        policy="MlpPolicy",
+        n_steps=1024,
+        gae_lambda=0.95,
+        gamma=0.9,
+        n_epochs=10,
+        ent_coef=0.0,
+        learning_rate=1e-3,
+        clip_range=0.2,
+        use_sde=True,
+        sde_sample_freq=4,
+    ),
+    "MountainCarContinuous-v0": dict(
+        normalize=True,
+        n_envs=1,
+        n_timesteps=20000,
+        policy="MlpPolicy",
+        batch_size=256,
+        n_steps=8,
+        gamma=0.9999,
+        learning_rate=7.77e-05,
+        ent_coef=0.00429,
+        clip_range=0.1,
+        n_epochs=10,
+        gae_lambda=0.9,
+        max_grad_norm=5,
+        vf_coef=0.19,
+        use_sde=True,
+        policy_kwargs="dict(log_std_init=-3.29, ortho_init=False)",
+    ),
 }
 
 
@@ -65,17 +108,25 @@ def zoo_kwargs(gym_id: str) -> tuple[dict[str, Any], int, bool, int]:
     return hp, n_envs, normalize, n_timesteps
 
 
-def run(env: str, seed: int, run_dir: Path, eval_every: int, eval_episodes: int,
-        total_steps: int | None, threshold: float | None, stop_on_threshold: bool = False) -> dict[str, Any]:
+def run(
+    env: str,
+    seed: int,
+    run_dir: Path,
+    eval_every: int,
+    eval_episodes: int,
+    total_steps: int | None,
+    threshold: float | None,
+    stop_on_threshold: bool = False,
+) -> dict[str, Any]:
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    from grpo_marl.registry import get_spec
     from grpo_marl.collectors import evaluate_policy
     from grpo_marl.groups import AgentGroups
+    from grpo_marl.registry import get_spec
     from grpo_marl.vec import make_vec_env
 
     torch.set_num_threads(1)  # same as grpo_marl's control default: fair per-core comparison
@@ -86,11 +137,23 @@ def run(env: str, seed: int, run_dir: Path, eval_every: int, eval_episodes: int,
     total = int(total_steps or zoo_steps)
     threshold = spec.threshold if threshold is None else threshold
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(
-        {"env": env, "gym_id": spec.gym_id, "seed": seed, "n_envs": n_envs, "normalize": normalize,
-         "total_steps": total, "eval_every": eval_every, "eval_episodes": eval_episodes,
-         "hyperparameters": {k: (v if not callable(v) else "schedule") for k, v in ZOO_PPO[spec.gym_id].items()}},
-        indent=2, default=str))
+    (run_dir / "config.json").write_text(
+        json.dumps(
+            {
+                "env": env,
+                "gym_id": spec.gym_id,
+                "seed": seed,
+                "n_envs": n_envs,
+                "normalize": normalize,
+                "total_steps": total,
+                "eval_every": eval_every,
+                "eval_episodes": eval_episodes,
+                "hyperparameters": {k: (v if not callable(v) else "schedule") for k, v in ZOO_PPO[spec.gym_id].items()},
+            },
+            indent=2,
+            default=str,
+        )
+    )
 
     train_env = DummyVecEnv([lambda: Monitor(spec.make()) for _ in range(n_envs)])
     train_env.seed(seed)
@@ -119,7 +182,10 @@ def run(env: str, seed: int, run_dir: Path, eval_every: int, eval_episodes: int,
         # Same seeds and the same evaluation loop as grpo_marl's own runs (ControlTask.evaluate).
         seeds = 1_000_000 + 1000 * seed + seed_offset + np.arange(eval_episodes)
         out = evaluate_policy(_Greedy(), eval_vec, seeds.tolist(), "cpu", deterministic=True)  # type: ignore[arg-type]
-        return {k: out[k] for k in ("eval/return_mean", "eval/return_std", "eval/return_min", "eval/return_max", "eval/episodes")}
+        return {
+            k: out[k]
+            for k in ("eval/return_mean", "eval/return_std", "eval/return_min", "eval/return_max", "eval/episodes")
+        }
 
     def log(step: int, record: dict[str, float]) -> None:
         with open(metrics_path, "a") as f:
@@ -140,7 +206,11 @@ def run(env: str, seed: int, run_dir: Path, eval_every: int, eval_episodes: int,
             wall = time.perf_counter() - state["start"]
             result = evaluate()
             record = {**result, "time/wall_s": wall}
-            if threshold is not None and state["steps_to_threshold"] is None and result["eval/return_mean"] >= threshold:
+            if (
+                threshold is not None
+                and state["steps_to_threshold"] is None
+                and result["eval/return_mean"] >= threshold
+            ):
                 state["steps_to_threshold"] = steps
                 state["time_to_threshold"] = time.perf_counter() - state["start"]
                 record["eval/threshold_reached"] = 1.0
@@ -164,11 +234,16 @@ def run(env: str, seed: int, run_dir: Path, eval_every: int, eval_episodes: int,
     final = evaluate(seed_offset=500)
     log(steps, final)
     summary = {
-        "env": env, "algo": "sb3_ppo", "seed": seed,
+        "env": env,
+        "algo": "sb3_ppo",
+        "seed": seed,
         "status": "threshold_reached" if stop_on_threshold and state["steps_to_threshold"] else "completed",
-        **final, "env_steps": steps, "wall_seconds": wall,
+        **final,
+        "env_steps": steps,
+        "wall_seconds": wall,
         "threshold": None if threshold is None else float(threshold),
-        "steps_to_threshold": state["steps_to_threshold"], "time_to_threshold_s": state["time_to_threshold"],
+        "steps_to_threshold": state["steps_to_threshold"],
+        "time_to_threshold_s": state["time_to_threshold"],
     }
     tmp = run_dir / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2, default=float) + "\n")
@@ -191,10 +266,12 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     s = run(a.env, a.seed, a.run_dir, a.eval_every, a.eval_episodes, a.total_steps, a.threshold, a.stop_on_threshold)
     ttt = s["time_to_threshold_s"]
-    print(f"env={a.env} algo=sb3_ppo seed={a.seed} | final eval return {s['eval/return_mean']:.2f} +- "
-          f"{s['eval/return_std']:.2f} | env steps {s['env_steps']}, wall {s['wall_seconds']:.1f} s"
-          + (f" | threshold at {s['steps_to_threshold']} steps / {ttt:.1f} s" if ttt is not None else ""),
-          flush=True)
+    print(
+        f"env={a.env} algo=sb3_ppo seed={a.seed} | final eval return {s['eval/return_mean']:.2f} +- "
+        f"{s['eval/return_std']:.2f} | env steps {s['env_steps']}, wall {s['wall_seconds']:.1f} s"
+        + (f" | threshold at {s['steps_to_threshold']} steps / {ttt:.1f} s" if ttt is not None else ""),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ def load(run_dir, device: str = "cpu"):  # noqa: ANN001, ANN201 - see grpo_marl.
 
     return _load(run_dir, device=device)
 
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -62,9 +62,7 @@ def _as_mask(mask: Tensor | None, like: Tensor, name: str = "mask") -> Tensor:
     if not isinstance(mask, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
     if mask.shape != like.shape:
-        raise ValueError(
-            f"{name} shape {tuple(mask.shape)} must equal the rewards shape {tuple(like.shape)}"
-        )
+        raise ValueError(f"{name} shape {tuple(mask.shape)} must equal the rewards shape {tuple(like.shape)}")
     # Accept 0/1 numeric masks too (e.g. float masks from a storage buffer): non-zero = valid.
     return mask if mask.dtype == torch.bool else mask != 0
 
@@ -344,16 +342,12 @@ def gae(
     values = _as_float(values, "values")
     last_values = _as_float(last_values, "last_values")
     if values.shape != rewards.shape:
-        raise ValueError(
-            f"values shape {tuple(values.shape)} must equal rewards shape {tuple(rewards.shape)}"
-        )
+        raise ValueError(f"values shape {tuple(values.shape)} must equal rewards shape {tuple(rewards.shape)}")
     if not isinstance(dones, Tensor) or dones.shape != rewards.shape:
         got = tuple(dones.shape) if isinstance(dones, Tensor) else type(dones).__name__
         raise ValueError(f"dones shape {got} must equal rewards shape {tuple(rewards.shape)}")
     if last_values.shape != rewards.shape[1:]:
-        raise ValueError(
-            f"last_values shape {tuple(last_values.shape)} must be [N] = {tuple(rewards.shape[1:])}"
-        )
+        raise ValueError(f"last_values shape {tuple(last_values.shape)} must be [N] = {tuple(rewards.shape[1:])}")
     if not 0.0 <= gamma <= 1.0 or not 0.0 <= lam <= 1.0:
         raise ValueError(f"gamma and lam must be in [0, 1], got gamma={gamma}, lam={lam}")
     dtype = torch.promote_types(rewards.dtype, values.dtype)
@@ -371,9 +365,7 @@ def gae(
     return advantages, advantages + values
 
 
-def agent_group_returns(
-    returns: Tensor, member_ids: np.ndarray
-) -> tuple[Tensor, Tensor]:
+def agent_group_returns(returns: Tensor, member_ids: np.ndarray) -> tuple[Tensor, Tensor]:
     """Gather per-rollout returns ``[E * A]`` into ``[groups, width]`` plus the validity mask."""
     ids = torch.as_tensor(member_ids)
     valid = ids >= 0
@@ -386,7 +378,7 @@ def agent_group_advantages(
     grouping: str,
     num_seed_groups: int,
     group_size: int,
-    groups: "AgentGroups",
+    groups: AgentGroups,
     scale: str = "group",
     eps: float = 1e-6,
 ) -> Tensor:

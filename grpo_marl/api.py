@@ -90,7 +90,9 @@ def fit(env: str = "cartpole", *, run_dir: str | Path | None = None, **overrides
         cfg.pop("hydra", None)
     if run_dir is None:
         stamp = time.strftime("%Y%m%d_%H%M%S") + f"_{time.time_ns() % 1_000_000:06d}"
-        algo = str(overrides.get("algo", cfg.algo.name)) if isinstance(overrides.get("algo"), str) else str(cfg.algo.name)
+        algo = (
+            str(overrides.get("algo", cfg.algo.name)) if isinstance(overrides.get("algo"), str) else str(cfg.algo.name)
+        )
         run_dir = Path("runs") / _safe(env) / f"{algo}_seed{cfg.seed}_{stamp}"
     run_dir = Path(run_dir)
     summary = run(cfg, args, run_dir)
@@ -129,7 +131,9 @@ class TrainedPolicy:
     def act(self, obs: Any, deterministic: bool = True) -> Any:
         if self.multi_agent:
             if not isinstance(obs, Mapping):
-                raise UserInputError(f"this policy controls agents {list(self.agents)}: pass a dict agent -> observation")
+                raise UserInputError(
+                    f"this policy controls agents {list(self.agents)}: pass a dict agent -> observation"
+                )
             unknown = sorted(set(obs) - set(self.agents))
             if unknown:
                 raise UserInputError(f"unknown agents {unknown}; this policy controls {list(self.agents)}")

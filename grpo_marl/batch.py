@@ -8,8 +8,8 @@ group-relative advantages work on the same storage that step-level minibatching 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import torch
 from torch import Tensor
@@ -65,13 +65,13 @@ class Batch:
         return key in self.data
 
     # -- transforms ------------------------------------------------------------------------
-    def select_groups(self, keep: Tensor) -> "Batch":
+    def select_groups(self, keep: Tensor) -> Batch:
         """Keep only the groups where ``keep[groups]`` is true (e.g. drop zero-variance groups)."""
         rows = keep.repeat_interleave(self.group_size)
         return Batch({k: v[rows] for k, v in self.data.items()}, self.group_size, dict(self.metrics))
 
     @staticmethod
-    def cat(batches: list["Batch"]) -> "Batch":
+    def cat(batches: list[Batch]) -> Batch:
         """Concatenate along the rollout axis, right-padding the time axis (mask False)."""
         if len(batches) == 1:
             return batches[0]
@@ -102,5 +102,4 @@ def minibatch_indices(
     perm = torch.randperm(n, generator=generator)
     if device is not None:
         perm = perm.to(device)
-    for chunk in torch.chunk(perm, max(1, min(num_minibatches, n))):
-        yield chunk
+    yield from torch.chunk(perm, max(1, min(num_minibatches, n)))

@@ -28,9 +28,7 @@ def default_group_name(agent: str) -> str:
     return _INDEX_SUFFIX.sub("", agent)
 
 
-def resolve_group_map(
-    agents: Sequence[str], override: Mapping[str, Any] | None = None
-) -> dict[str, str]:
+def resolve_group_map(agents: Sequence[str], override: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Map every agent to a group name.
 
     ``override`` may map agent -> group (``{"agent_0": "red"}``) or group -> list of agent names
@@ -276,9 +274,7 @@ def arrange_groups(
     else:
         for s in range(num_seed_groups):
             for g in groups.names:
-                rows.append(
-                    [(s * group_size + m) * n_agents + a for m in range(group_size) for a in slots[g]]
-                )
+                rows.append([(s * group_size + m) * n_agents + a for m in range(group_size) for a in slots[g]])
     width = max(len(r) for r in rows)
     out = np.full((len(rows), width), -1, dtype=np.int64)
     for i, r in enumerate(rows):

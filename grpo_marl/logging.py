@@ -68,7 +68,7 @@ class RunLogger:
                     keep.append(line)
             except json.JSONDecodeError:
                 break  # a torn last line from a killed run
-        self.metrics_path.write_text("".join(l + "\n" for l in keep))
+        self.metrics_path.write_text("".join(line + "\n" for line in keep))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         if not self.enabled:

@@ -25,9 +25,9 @@ from grpo_marl import distributed as dist
 from grpo_marl.algos import get_algo
 from grpo_marl.batch import Batch, minibatch_indices
 from grpo_marl.checkpoint import atomic_save, checkpoint_path, load_checkpoint, rng_state, set_rng_state
+from grpo_marl.errors import NonFiniteError, RemoteRankError, TrainingStopped
 from grpo_marl.logging import RunLogger
 from grpo_marl.registry import get_spec
-from grpo_marl.errors import NonFiniteError, RemoteRankError, TrainingStopped
 from grpo_marl.tasks import make_task
 
 #: Failures that end a run "cleanly": summary.json says failed, the last checkpoint is kept.
@@ -294,8 +294,7 @@ class Trainer:
                         if (
                             self.threshold is not None
                             and self.steps_to_threshold is None
-                            and self.last_eval[self.task.threshold_metric]
-                            >= float(self.threshold)
+                            and self.last_eval[self.task.threshold_metric] >= float(self.threshold)
                         ):
                             self.steps_to_threshold = steps
                             self.time_to_threshold = time.perf_counter() - start
@@ -326,9 +325,7 @@ class Trainer:
             self.logger.log(self._steps, final)
         artifacts = self.task.finish(self.run_dir, self.is_main)
         self.logger.close()
-        dist.dump_param_hash(
-            self.modules.values(), self.ctx, {"updates": self.updates, "env_steps": self._steps}
-        )
+        dist.dump_param_hash(self.modules.values(), self.ctx, {"updates": self.updates, "env_steps": self._steps})
         summary = {
             "env": str(cfg.env),
             "algo": str(cfg.algo.name),

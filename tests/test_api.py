@@ -15,7 +15,9 @@ from grpo_marl.errors import UserInputError
 def test_fit_writes_the_cli_run_dir_and_load_acts_on_numpy(tmp_path):
     result = grpo_marl.fit("cartpole", total_steps=3000, log={"progress": False}, run_dir=tmp_path / "run")
     assert result.run_dir == tmp_path / "run"
-    assert json.loads((result.run_dir / "summary.json").read_text()) == json.loads(json.dumps(result.summary, default=float))
+    assert json.loads((result.run_dir / "summary.json").read_text()) == json.loads(
+        json.dumps(result.summary, default=float)
+    )
     assert result.summary["status"] == "completed" and result.summary["env_steps"] >= 3000
     policy = grpo_marl.load(result.run_dir)
     env = gym.make("CartPole-v1")
@@ -28,7 +30,11 @@ def test_fit_writes_the_cli_run_dir_and_load_acts_on_numpy(tmp_path):
 
 def test_fit_overrides_reach_the_config(tmp_path):
     result = grpo_marl.fit(
-        "cartpole", total_steps=2000, algo={"group_size": 4, "num_groups": 2}, log={"progress": False}, run_dir=tmp_path / "r"
+        "cartpole",
+        total_steps=2000,
+        algo={"group_size": 4, "num_groups": 2},
+        log={"progress": False},
+        run_dir=tmp_path / "r",
     )
     cfg = (result.run_dir / "config.yaml").read_text()
     assert "group_size: 4" in cfg and "num_groups: 2" in cfg

@@ -14,8 +14,23 @@ from benchmarks.suites import SUITES, EnvEntry, Suite, get_suite, register_suite
 
 
 def test_smoke_run_writes_table_results_and_plots(tmp_path: Path) -> None:
-    payload = main(["--suite", "classic", "--smoke", "--envs", "cartpole", "--algos", "ppo", "--seeds", "1",
-                    "--jobs", "1", "--out", str(tmp_path)])
+    payload = main(
+        [
+            "--suite",
+            "classic",
+            "--smoke",
+            "--envs",
+            "cartpole",
+            "--algos",
+            "ppo",
+            "--seeds",
+            "1",
+            "--jobs",
+            "1",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     out = tmp_path / "classic-smoke"
     assert payload["meta"]["status"] == {"cartpole/ppo/seed1": "ok"}
     run_dir = out / "runs" / "cartpole" / "ppo" / "seed1"
@@ -41,8 +56,21 @@ def test_smoke_run_writes_table_results_and_plots(tmp_path: Path) -> None:
     assert results["plots"] == ["curves_cartpole.png"]
 
     # A second invocation reuses the finished run instead of training again.
-    again = main(["--suite", "classic", "--smoke", "--envs", "cartpole", "--algos", "ppo", "--seeds", "1",
-                  "--out", str(tmp_path)])
+    again = main(
+        [
+            "--suite",
+            "classic",
+            "--smoke",
+            "--envs",
+            "cartpole",
+            "--algos",
+            "ppo",
+            "--seeds",
+            "1",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert again["meta"]["status"] == {"cartpole/ppo/seed1": "reused"}
 
     # Re-evaluating the final policy with more episodes: same greedy evaluation, one table row.
@@ -56,24 +84,41 @@ def test_smoke_run_writes_table_results_and_plots(tmp_path: Path) -> None:
     assert (out / "final_eval.md").read_text() == text
 
 
-def _fake_run(root: Path, env: str, algo: str, seed: int, evals: list[tuple[int, float, float]],
-              threshold: float, finished: bool = True) -> None:
+def _fake_run(
+    root: Path,
+    env: str,
+    algo: str,
+    seed: int,
+    evals: list[tuple[int, float, float]],
+    threshold: float,
+    finished: bool = True,
+) -> None:
     d = root / "runs" / env / algo / f"seed{seed}"
     d.mkdir(parents=True)
     lines = [{"step": s, "eval/return_mean": r, "eval/return_std": 1.0, "time/wall_s": w} for s, r, w in evals]
     lines.insert(1, {"step": evals[0][0], "train/loss": 0.1})  # non-eval lines are ignored
-    (d / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines) + '{"torn')
+    (d / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"torn')
     if finished:
         hit = next(((s, w) for s, r, w in evals if r >= threshold), (None, None))
-        summary = {"status": "completed", "eval/return_mean": evals[-1][1], "eval/return_std": 2.0,
-                   "env_steps": evals[-1][0], "wall_seconds": evals[-1][2], "steps_to_threshold": hit[0],
-                   "time_to_threshold_s": hit[1]}
+        summary = {
+            "status": "completed",
+            "eval/return_mean": evals[-1][1],
+            "eval/return_std": 2.0,
+            "env_steps": evals[-1][0],
+            "wall_seconds": evals[-1][2],
+            "steps_to_threshold": hit[0],
+            "time_to_threshold_s": hit[1],
+        }
         (d / "summary.json").write_text(json.dumps(summary))
 
 
 def test_report_medians_ratios_and_plain_statements(tmp_path: Path) -> None:
-    suite = Suite("unit", "unit-test suite", [EnvEntry("cartpole", "CartPole-v1", eval_every=100)],
-                  algos=["grpo", "ppo", "sb3_ppo"])
+    suite = Suite(
+        "unit",
+        "unit-test suite",
+        [EnvEntry("cartpole", "CartPole-v1", eval_every=100)],
+        algos=["grpo", "ppo", "sb3_ppo"],
+    )
     thr = 475.0
     # GRPO: 2000, 4000 and one seed never reaching it -> median 4000 (3 seeds, unreached = inf)
     _fake_run(tmp_path, "cartpole", "grpo", 1, [(1000, 100, 1.0), (2000, 480, 2.0)], thr)
@@ -84,9 +129,13 @@ def test_report_medians_ratios_and_plain_statements(tmp_path: Path) -> None:
     _fake_run(tmp_path, "cartpole", "ppo", 2, [(1000, 100, 4.0), (3000, 500, 12.0)], thr, finished=False)
     # SB3 PPO never reaches it
     _fake_run(tmp_path, "cartpole", "sb3_ppo", 1, [(1000, 100, 5.0)], thr)
-    runs = {(e, a, int(s[4:])): read_run(tmp_path / "runs" / e / a / s)
-            for e in ["cartpole"] for a in suite.algos for s in ["seed1", "seed2", "seed3"]
-            if (tmp_path / "runs" / e / a / s).exists()}
+    runs = {
+        (e, a, int(s[4:])): read_run(tmp_path / "runs" / e / a / s)
+        for e in ["cartpole"]
+        for a in suite.algos
+        for s in ["seed1", "seed2", "seed3"]
+        if (tmp_path / "runs" / e / a / s).exists()
+    }
     agg = aggregate(suite, runs)
     g = agg["rows"]["cartpole/grpo"]["steps_to_threshold"]
     assert (g["median"], g["min"], g["max"], g["reached"], g["n"]) == (4000, 2000, None, 2, 3)
@@ -109,8 +158,7 @@ def test_report_medians_ratios_and_plain_statements(tmp_path: Path) -> None:
 
 def test_suite_registry_and_plan_order(tmp_path: Path) -> None:
     classic = get_suite("classic")
-    assert [e.label for e in classic.envs] == ["CartPole-v1", "Pendulum-v1", "Acrobot-v1",
-                                               "MountainCarContinuous-v0"]
+    assert [e.label for e in classic.envs] == ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0"]
     assert classic.algos == ["grpo", "ppo", "sb3_ppo"]
     with pytest.raises(KeyError, match="unknown suite"):
         get_suite("no_such_suite")
@@ -119,10 +167,15 @@ def test_suite_registry_and_plan_order(tmp_path: Path) -> None:
         assert get_suite("unit_plug") is suite
     finally:
         SUITES.pop("unit_plug")
-    jobs = plan(classic, tmp_path, [1, 2], ["cartpole", "pendulum"], ["grpo", "ppo"], smoke=False,
-                stop_on_threshold=False)
-    assert [j.key for j in jobs[:4]] == ["cartpole/grpo/seed1", "cartpole/ppo/seed1", "pendulum/grpo/seed1",
-                                         "pendulum/ppo/seed1"]
+    jobs = plan(
+        classic, tmp_path, [1, 2], ["cartpole", "pendulum"], ["grpo", "ppo"], smoke=False, stop_on_threshold=False
+    )
+    assert [j.key for j in jobs[:4]] == [
+        "cartpole/grpo/seed1",
+        "cartpole/ppo/seed1",
+        "pendulum/grpo/seed1",
+        "pendulum/ppo/seed1",
+    ]
     assert jobs[1].total_steps == 100_000 and jobs[0].total_steps is None  # GRPO: env default
     # A zero budget starts nothing and says so.
     status = execute(jobs, n_parallel=2, budget_s=0.0, force=False)
@@ -136,8 +189,9 @@ def test_sb3_peer_writes_the_same_files(tmp_path: Path) -> None:
     hp, n_envs, normalize, steps = zoo_kwargs("CartPole-v1")
     assert (n_envs, normalize, steps, hp["n_steps"], hp["batch_size"]) == (8, False, 100_000, 32, 256)
     assert hp["learning_rate"](0.5) == pytest.approx(0.0005)  # zoo "lin_0.001"
-    summary = run("cartpole", seed=1, run_dir=tmp_path, eval_every=256, eval_episodes=3, total_steps=512,
-                  threshold=None)
+    summary = run(
+        "cartpole", seed=1, run_dir=tmp_path, eval_every=256, eval_episodes=3, total_steps=512, threshold=None
+    )
     assert summary["algo"] == "sb3_ppo" and summary["env_steps"] == 512
     run_ = read_run(tmp_path)
     assert [p["step"] for p in run_["curve"]] == [256, 512]
@@ -151,8 +205,9 @@ def test_text_suite_smoke_reports_accuracy_and_throughput(tmp_path: Path) -> Non
     """``--suite text --smoke``: our GRPO (and TRL's GRPOTrainer when installed) write the same
     run files; the report thresholds eval/accuracy and adds the throughput table."""
     algos = ["grpo", "trl_grpo"] if HAVE_TRL else ["grpo"]
-    payload = main(["--suite", "text", "--smoke", "--seeds", "1", "--algos", *algos, "--jobs", "1",
-                    "--out", str(tmp_path)])
+    payload = main(
+        ["--suite", "text", "--smoke", "--seeds", "1", "--algos", *algos, "--jobs", "1", "--out", str(tmp_path)]
+    )
     out = tmp_path / "text-smoke"
     assert payload["meta"]["status"] == {f"arithmetic/{a}/seed1": "ok" for a in algos}
     log = (out / "runs" / "arithmetic" / "grpo" / "seed1" / "runner.log").read_text().splitlines()[0]
@@ -177,9 +232,16 @@ def test_text_suite_smoke_reports_accuracy_and_throughput(tmp_path: Path) -> Non
         assert run["curve"] and all(set(p) == {"step", "wall_s", "accuracy"} for p in run["curve"])
         assert run["curve"][0]["step"] == 512  # smoke cadence: an evaluation every 512 completions
         summary = run["summary"]
-        assert {"eval/accuracy", "eval/return_mean", "wall_seconds", "steps_to_threshold",
-                "throughput/completions_per_s", "throughput/tokens_per_s", "throughput/step_time_s",
-                "throughput/peak_rss_mb"} <= set(summary)
+        assert {
+            "eval/accuracy",
+            "eval/return_mean",
+            "wall_seconds",
+            "steps_to_threshold",
+            "throughput/completions_per_s",
+            "throughput/tokens_per_s",
+            "throughput/step_time_s",
+            "throughput/peak_rss_mb",
+        } <= set(summary)
     if HAVE_TRL:
         summary = results["runs"][-1]["summary"]
         assert summary["algo"] == "trl_grpo" and summary["env_steps"] == 1024
@@ -206,8 +268,9 @@ def test_collector_speed_times_the_port_and_gymnasium_in_one_run(tmp_path: Path)
     from benchmarks.collector_speed import main as collector_speed
 
     out = tmp_path / "speed.md"
-    text = collector_speed(["--envs", "acrobot", "--num-envs", "8", "--seconds", "0.05", "--n-steps", "8",
-                            "--out", str(out)])
+    text = collector_speed(
+        ["--envs", "acrobot", "--num-envs", "8", "--seconds", "0.05", "--n-steps", "8", "--out", str(out)]
+    )
     rows = [line for line in text.splitlines() if line.startswith("| acrobot")]
     assert [r.split("|")[2].strip() for r in rows] == ["AcrobotVec", "LocalVec"]
     assert rows[0].rstrip().endswith("| 1.00x |") and out.read_text() == text

@@ -14,14 +14,15 @@ register_suite(
         description="Gymnasium classic control: GRPO vs our PPO vs Stable-Baselines3 PPO",
         algos=["grpo", "ppo", "sb3_ppo"],
         envs=[
-            EnvEntry("cartpole", "CartPole-v1", eval_every=2500,
-                     total_steps={"ppo": 100_000, "sb3_ppo": 100_000}),
-            EnvEntry("pendulum", "Pendulum-v1", eval_every=4096,
-                     total_steps={"ppo": 100_000, "sb3_ppo": 100_000}),
-            EnvEntry("acrobot", "Acrobot-v1", eval_every=8192,
-                     total_steps={"ppo": 200_000, "sb3_ppo": 200_000}),
-            EnvEntry("mountaincar_continuous", "MountainCarContinuous-v0", eval_every=2000,
-                     total_steps={"ppo": 20_000, "sb3_ppo": 20_000}),
+            EnvEntry("cartpole", "CartPole-v1", eval_every=2500, total_steps={"ppo": 100_000, "sb3_ppo": 100_000}),
+            EnvEntry("pendulum", "Pendulum-v1", eval_every=4096, total_steps={"ppo": 100_000, "sb3_ppo": 100_000}),
+            EnvEntry("acrobot", "Acrobot-v1", eval_every=8192, total_steps={"ppo": 200_000, "sb3_ppo": 200_000}),
+            EnvEntry(
+                "mountaincar_continuous",
+                "MountainCarContinuous-v0",
+                eval_every=2000,
+                total_steps={"ppo": 20_000, "sb3_ppo": 20_000},
+            ),
         ],
     )
 )

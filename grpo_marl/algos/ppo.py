@@ -201,7 +201,10 @@ class PPO(Algorithm):
                 batch["final_obs"][boot], batch["agent"][boot], final_state, torch.ones_like(rewards[boot])
             )
         last = self.values(
-            batch["next_obs"], batch["agent"][:, -1], batch["next_state"] if self.use_state else None, batch["next_time"]
+            batch["next_obs"],
+            batch["agent"][:, -1],
+            batch["next_state"] if self.use_state else None,
+            batch["next_time"],
         )
         adv, returns = gae(rewards.T, values.T, (term | trunc | ~mask).T, last, gamma=gamma, lam=lam)
         adv, returns = adv.T.float(), returns.T.float()

@@ -77,8 +77,10 @@ class Storage:
         """Double the time axis (envs without an episode limit; rare, so a copy is fine)."""
         for name, value in vars(self).items():
             if isinstance(value, (np.ndarray, Tensor)):
-                pad = value[: 0].new_zeros(value.shape) if isinstance(value, Tensor) else np.zeros_like(value)
-                setattr(self, name, torch.cat([value, pad]) if isinstance(value, Tensor) else np.concatenate([value, pad]))
+                pad = value[:0].new_zeros(value.shape) if isinstance(value, Tensor) else np.zeros_like(value)
+                setattr(
+                    self, name, torch.cat([value, pad]) if isinstance(value, Tensor) else np.concatenate([value, pad])
+                )
         self.extra = {k: np.concatenate([v, np.zeros_like(v)]) for k, v in self.extra.items()}
 
 
@@ -198,7 +200,9 @@ def rows_of(x: np.ndarray | Tensor, device: torch.device) -> Tensor:
     return out.clone() if out.untyped_storage().data_ptr() == src.untyped_storage().data_ptr() else out
 
 
-def episode_metrics(returns: Tensor, lengths: Tensor, agents: Sequence[str], groups: Any, prefix: str) -> dict[str, float]:
+def episode_metrics(
+    returns: Tensor, lengths: Tensor, agents: Sequence[str], groups: Any, prefix: str
+) -> dict[str, float]:
     """Return statistics of whole episodes: ``returns[N, A]`` per agent (mean over agents is the
     episode's score), per agent-group and per agent when there is more than one agent."""
     per_ep = returns.mean(1)

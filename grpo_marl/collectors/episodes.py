@@ -87,7 +87,9 @@ class EpisodeCollector(Collector):
         self.state_reset_frac = float(state_reset_frac)
         self.archive: list[Archived] = []
         self.prev_len = min(self.max_steps or 50, 50)
-        self.member_ids = torch.as_tensor(arrange_groups("seed" if mode == "state" else mode, num_groups, group_size, groups))
+        self.member_ids = torch.as_tensor(
+            arrange_groups("seed" if mode == "state" else mode, num_groups, group_size, groups)
+        )
         self._storage: Storage | None = None
 
     # -- collection ------------------------------------------------------------------------------
@@ -162,7 +164,9 @@ class EpisodeCollector(Collector):
             self.archive = new_archive
         self.prev_len = t
         self.total_env_steps += env_steps
-        return self._batch(st, t, env_steps, np.repeat(from_reset, g) & ~alive.any(1), t0, time.perf_counter() - started)
+        return self._batch(
+            st, t, env_steps, np.repeat(from_reset, g) & ~alive.any(1), t0, time.perf_counter() - started
+        )
 
     def _batch(self, st: Storage, t: int, env_steps: int, full: np.ndarray, t0: np.ndarray, seconds: float) -> Batch:
         n_e, n_a = self.vec.num_envs, self.vec.layout.num_agents

@@ -103,7 +103,9 @@ class StreamingCollector(Collector):
             obs_dtype = torch.uint8 if lay.obs_dtype == np.uint8 else torch.float32
             self._buf = {
                 "obs": torch.zeros((n, t, a, *lay.obs_shape), dtype=obs_dtype, device=self.device),
-                "actions": torch.zeros((n, t, a, *policy.action_shape()), dtype=policy.action_dtype, device=self.device),
+                "actions": torch.zeros(
+                    (n, t, a, *policy.action_shape()), dtype=policy.action_dtype, device=self.device
+                ),
                 "logp": torch.zeros((n, t, a), dtype=torch.float32, device=self.device),
                 "rewards": np.zeros((n, t, a), dtype=np.float32),
                 "alive": np.zeros((n, t, a), dtype=bool),

@@ -19,7 +19,7 @@ landed in). New modes are added with :func:`register_aggregation`.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -89,9 +89,7 @@ def token_weights(
         ``[B, T]`` float weights, 0 at invalid tokens. An all-invalid mask gives all zeros.
     """
     if mode not in AGGREGATIONS:
-        raise ValueError(
-            f"unknown aggregation {mode!r}; registered: {', '.join(sorted(AGGREGATIONS))}"
-        )
+        raise ValueError(f"unknown aggregation {mode!r}; registered: {', '.join(sorted(AGGREGATIONS))}")
     if not isinstance(mask, Tensor):
         raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
     if mask.dim() != 2:
@@ -102,7 +100,5 @@ def token_weights(
     m = (mask != 0).to(dtype)
     weights = AGGREGATIONS[mode](m, max_len)
     if weights.shape != m.shape:
-        raise ValueError(
-            f"aggregation {mode!r} returned shape {tuple(weights.shape)}, expected {tuple(m.shape)}"
-        )
+        raise ValueError(f"aggregation {mode!r} returned shape {tuple(weights.shape)}, expected {tuple(m.shape)}")
     return weights

@@ -112,16 +112,11 @@ class GRPOLoss(nn.Module):
             named["mask"] = mask
         for name, t in named.items():
             if t.shape != shape:
-                raise ValueError(
-                    f"{name} shape {tuple(t.shape)} must equal logp shape {tuple(shape)}"
-                )
+                raise ValueError(f"{name} shape {tuple(t.shape)} must equal logp shape {tuple(shape)}")
         if mask is not None and mask.dtype != torch.bool:
             mask = mask != 0
         if self.beta > 0.0 and ref_logp is None:
-            raise ValueError(
-                "beta > 0 needs ref_logp (log-probs of the reference policy); "
-                "pass it or set beta=0"
-            )
+            raise ValueError("beta > 0 needs ref_logp (log-probs of the reference policy); pass it or set beta=0")
 
         old_logp = old_logp.detach()
         advantages = advantages.detach()

@@ -77,8 +77,13 @@ class PPOLoss(nn.Module):
             ``entropy``, ``ratio_mean``, ``ratio_max``, ``value_clip_fraction``.
         """
         shape = logp.shape
-        for name, t in (("old_logp", old_logp), ("advantages", advantages), ("values", values),
-                        ("old_values", old_values), ("returns", returns)):
+        for name, t in (
+            ("old_logp", old_logp),
+            ("advantages", advantages),
+            ("values", values),
+            ("old_values", old_values),
+            ("returns", returns),
+        ):
             if t.shape != shape:
                 raise ValueError(f"{name} shape {tuple(t.shape)} must equal logp shape {tuple(shape)}")
         eps = self.clip_eps if clip_eps is None else float(clip_eps)

@@ -290,7 +290,9 @@ class ActorPolicy(nn.Module):
         actions, logp = self._act_rows(obs.reshape(e * self.n_agents, *obs.shape[2:]), agent, flat_mask, deterministic)
         return actions.reshape(e, self.n_agents, *actions.shape[1:]), logp.reshape(e, self.n_agents)
 
-    def _act_rows(self, obs: Tensor, agent: Tensor, action_mask: Tensor | None, deterministic: bool) -> tuple[Tensor, Tensor]:
+    def _act_rows(
+        self, obs: Tensor, agent: Tensor, action_mask: Tensor | None, deterministic: bool
+    ) -> tuple[Tensor, Tensor]:
         m = obs.shape[0]
         logp = torch.zeros(m, device=obs.device)
         actions = torch.zeros((m, *self.action_shape()), dtype=self.action_dtype, device=obs.device)

@@ -49,7 +49,9 @@ class Task:
     def collect(self, policy: nn.Module) -> Batch:
         raise NotImplementedError
 
-    def log_prob(self, policy: nn.Module, mb: dict[str, Tensor], need_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
+    def log_prob(
+        self, policy: nn.Module, mb: dict[str, Tensor], need_entropy: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
         """Differentiable log-probs (and entropies) of ``mb``'s actions under ``policy``."""
         raise NotImplementedError
 
@@ -89,4 +91,3 @@ class Task:
 
     def close(self) -> None:
         pass
-

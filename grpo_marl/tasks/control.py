@@ -139,7 +139,12 @@ class ControlTask(Task):
     """Everything env-specific the trainer needs for a Gymnasium or PettingZoo env."""
 
     def __init__(
-        self, cfg: DictConfig, spec: EnvSpec, device: torch.device, collector: str = "episodes", with_state: bool = False
+        self,
+        cfg: DictConfig,
+        spec: EnvSpec,
+        device: torch.device,
+        collector: str = "episodes",
+        with_state: bool = False,
     ) -> None:
         self.cfg = cfg
         self.spec = with_preprocessing(spec, cfg)
@@ -200,7 +205,10 @@ class ControlTask(Task):
         return self.collector.collect(policy)
 
     def log_prob(
-        self, policy: ActorPolicy, mb: dict[str, Tensor], need_entropy: bool = True  # type: ignore[override]
+        self,
+        policy: ActorPolicy,
+        mb: dict[str, Tensor],
+        need_entropy: bool = True,  # type: ignore[override]
     ) -> tuple[Tensor, Tensor | None]:
         obs, agent, actions = mb["obs"], mb["agent"], mb["actions"]
         lead = agent.shape

@@ -120,7 +120,9 @@ class Driver:
         raise NotImplementedError
 
     def snapshot(self, indices: Sequence[int]) -> list[Any]:
-        return [(snapshot_env(self.envs[i]), bool(self.done[i]), int(self.seeds[i]), self.out.rows([i])) for i in indices]
+        return [
+            (snapshot_env(self.envs[i]), bool(self.done[i]), int(self.seeds[i]), self.out.rows([i])) for i in indices
+        ]
 
     def restore(self, indices: Sequence[int], snaps: Sequence[Any]) -> None:
         for i, (snap, done, seed, row) in zip(indices, snaps, strict=True):

@@ -20,7 +20,9 @@ from grpo_marl.vec.base import Step, VecEnv, layout_of
 class NativeCartPoleVec(VecEnv):
     supports_snapshot = True
 
-    def __init__(self, num_envs: int, *, max_episode_steps: int = 500, name: str = "CartPole-v1", **kwargs: Any) -> None:
+    def __init__(
+        self, num_envs: int, *, max_episode_steps: int = 500, name: str = "CartPole-v1", **kwargs: Any
+    ) -> None:
         from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
         self.env = CartPoleVectorEnv(num_envs=num_envs, max_episode_steps=max_episode_steps, **kwargs)
@@ -79,7 +81,8 @@ class NativeCartPoleVec(VecEnv):
 
     def snapshot(self, indices: Sequence[int]) -> list[Any]:
         return [
-            (self.env.state[:, i].copy(), int(self.env.steps[i]), bool(self.done[i]), self._obs[i].copy()) for i in indices
+            (self.env.state[:, i].copy(), int(self.env.steps[i]), bool(self.done[i]), self._obs[i].copy())
+            for i in indices
         ]
 
     def restore(self, indices: Sequence[int], snaps: Sequence[Any]) -> None:

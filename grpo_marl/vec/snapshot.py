@@ -69,7 +69,9 @@ _WRAPPER_ATTRS = (
 )
 
 
-def register_snapshot_hook(env_cls: type, get_state: Callable[[Any], Any], set_state: Callable[[Any, Any], None]) -> None:
+def register_snapshot_hook(
+    env_cls: type, get_state: Callable[[Any], Any], set_state: Callable[[Any, Any], None]
+) -> None:
     """Teach :func:`snapshot_env` how to copy the state of ``env_cls`` (the *unwrapped* class)."""
     _HOOKS[env_cls] = (get_state, set_state)
 

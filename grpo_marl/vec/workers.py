@@ -74,7 +74,9 @@ def _portable(exc: BaseException) -> BaseException:
 class WorkerVec(VecEnv):
     """``num_envs`` envs over ``num_workers`` processes in lock-step."""
 
-    def __init__(self, factory: DriverFactory, num_envs: int, num_workers: int, name: str, with_state: bool = False) -> None:
+    def __init__(
+        self, factory: DriverFactory, num_envs: int, num_workers: int, name: str, with_state: bool = False
+    ) -> None:
         self.num_envs = num_envs
         self.name = name
         self.with_state = with_state
@@ -142,7 +144,9 @@ class WorkerVec(VecEnv):
         for (w, _), s in zip(where, seeds, strict=True):
             seed_per[w].append(s)
         busy = [w for w in range(len(per)) if per[w]]
-        results = dict(zip(busy, self._call("reset", [(seed_per[w], per[w]) for w in range(len(per))], busy), strict=True))
+        results = dict(
+            zip(busy, self._call("reset", [(seed_per[w], per[w]) for w in range(len(per))], busy), strict=True)
+        )
         merged = Step.cat([results[w] for w in busy])
         # rows back in the caller's order
         offsets = np.cumsum([0] + [len(per[w]) for w in busy])
