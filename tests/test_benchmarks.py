@@ -230,7 +230,10 @@ def test_text_suite_smoke_reports_accuracy_and_throughput(tmp_path: Path) -> Non
         assert t["step_time_s"] > 0 and t["completions_per_s"] > 0 and t["tokens_per_s"] > 0 and t["peak_rss_mb"] > 0
         (run,) = [x for x in results["runs"] if x["algo"] == algo]
         assert run["curve"] and all(set(p) == {"step", "wall_s", "accuracy"} for p in run["curve"])
-        assert run["curve"][0]["step"] == 512  # smoke cadence: an evaluation every 512 completions
+        # smoke cadence: an evaluation every 512 completions (TRL's runner also scores the untrained
+        # model at step 0, the "before" point of the real-model curve)
+        steps = [p["step"] for p in run["curve"] if p["step"] > 0]
+        assert steps[0] == 512
         summary = run["summary"]
         assert {
             "eval/accuracy",
