@@ -73,9 +73,9 @@ def test_config_errors_are_actionable(resolve) -> None:
 
 def test_tuned_defaults_per_algo(resolve) -> None:
     cfg = resolve(["env=simple_spread"])
-    assert cfg.algo.group_mode == "seed" and cfg.algo.group_size == 8 and cfg.total_steps == 4_000_000
+    assert cfg.algo.group_mode == "seed" and cfg.algo.group_size == 8 and cfg.total_steps == 1_500_000
     assert cfg.train.threshold == -9.0
-    assert resolve(["env=simple_spread", "algo=mappo"]).total_steps == 1_500_000  # GRPO's own budget only
+    assert resolve(["env=simple_spread", "algo=mappo"]).algo.n_envs == 128  # the MAPPO preset, not GRPO's groups
     cfg = resolve(["env=pursuit", "algo=mappo"])
     assert cfg.algo.n_envs == 16
     for algo in ("mappo", "ippo"):
