@@ -87,7 +87,7 @@ def test_masking_prompt_padding_post_eos(policy: LLMPolicy) -> None:
 def test_kl_zero_for_identical_models(policy: LLMPolicy) -> None:
     g, _, _ = _sample(policy)
     logp, _ = policy.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
-    reference = policy.make_reference()
+    reference = policy.reference()
     ref, _ = reference.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
     kl = kl_k3(logp, ref, g.completion_mask)
     assert torch.equal(kl, torch.zeros_like(kl))
@@ -151,7 +151,7 @@ def test_lora_reference_is_disabled_adapter(tmp_path: Path) -> None:
     g, _, _ = _sample(pol)
     pol.train()
     logp, _ = pol.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
-    reference = pol.make_reference()
+    reference = pol.reference()
     assert not list(reference.parameters())  # a view of the base model, not a copy
     ref, _ = reference.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask)
     torch.testing.assert_close(logp.detach(), ref)  # LoRA B starts at zero

@@ -357,9 +357,6 @@ class LLMPolicy(nn.Module):
             p.requires_grad_(False)
         return ref
 
-    # Older name, kept until every caller asks the Task (``Task.reference_policy``).
-    make_reference = reference
-
     # ------------------------------------------------------------------ tokenization
 
     def encode_prompts(self, prompts: Sequence[str], *, add_special_tokens: bool = True) -> tuple[Tensor, Tensor]:

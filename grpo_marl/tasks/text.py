@@ -182,7 +182,6 @@ class TextTask(Task):
         self.updates = 0
         self.run_dir: Path | None = None
         self.logger: RunLogger | None = None
-        self._legacy_attach = False
         self._finished: dict[str, Any] | None = None
         # Throughput of this process (summary.json): seconds per update from its first collect
         # to the end of its optimizer step, and what those updates sampled.
@@ -210,13 +209,6 @@ class TextTask(Task):
         text (through ``logger``); only the main process writes."""
         self.run_dir = Path(run_dir) if is_main else None
         self.logger = logger if is_main else None
-
-    def attach_run_dir(self, run_dir: Path, is_main: bool = True) -> None:
-        """Older trainer hook (no logger yet): completions go to ``completions.jsonl`` only, and
-        :meth:`summary_extra` also runs :meth:`finish`. Removed once the trainer calls
-        :meth:`attach_run` and :meth:`finish`."""
-        self.attach_run(run_dir, None, is_main)
-        self._legacy_attach = True
 
     # -- sampling ------------------------------------------------------------------------------
     def _next_prompts(self, n: int) -> np.ndarray:
@@ -467,8 +459,6 @@ class TextTask(Task):
                 self._step_times, self._timed_completions, self._timed_tokens, self.device, self._cpu_times
             ),
         }
-        if self._legacy_attach and self.run_dir is not None:
-            out.update(self.finish(self.run_dir, True))  # older trainers call no finish() hook
         return out
 
     def close(self) -> None:
