@@ -193,6 +193,17 @@ def _fmt_num(x: float | None, digits: int = 0) -> str:
     return f"{x:.{digits}f}"
 
 
+def _fmt_sig(x: float | None, sig: int = 2) -> str:
+    """A rate or time to ``sig`` significant digits (0.41, 4.7, 0.0699), thousands-grouped integers
+    from ``10**(sig-1)`` up (so rates of 10 and more print as :func:`_fmt_num` always printed them)."""
+    if x is None:
+        return "-"
+    r = float(f"{x:.{sig}g}")
+    if r == 0 or abs(r) >= 10 ** (sig - 1):
+        return f"{x:,.0f}"
+    return f"{r:.{sig - 1 - math.floor(math.log10(abs(r)))}f}"
+
+
 def _fmt_range(mr: dict[str, Any], digits: int = 0) -> str:
     if mr["n"] == 0:
         return "-"
@@ -253,8 +264,8 @@ def _throughput_table(agg: dict[str, Any]) -> list[str]:
     for r in rows:
         t = r["throughput"]
         lines.append(
-            f"| {r['label']} | {r['algo']} | {_fmt_num(t.get('step_time_s'), 4)} | "
-            f"{_fmt_num(t.get('completions_per_s'))} | {_fmt_num(t.get('tokens_per_s'))} | {_fmt_num(t.get('peak_rss_mb'))} | {_fmt_num(t.get('peak_gpu_mb'))} |"
+            f"| {r['label']} | {r['algo']} | {_fmt_sig(t.get('step_time_s'), 3)} | "
+            f"{_fmt_sig(t.get('completions_per_s'))} | {_fmt_sig(t.get('tokens_per_s'))} | {_fmt_num(t.get('peak_rss_mb'))} | {_fmt_num(t.get('peak_gpu_mb'))} |"
         )
     return lines
 
@@ -303,7 +314,7 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
             time_cell = _fmt_range(r["time_to_threshold_s"], 1)
         lines.append(
             f"| {r['label']} | {r['algo']}{unfinished} | {thr} | {steps_cell} | {time_cell} | {final} | "
-            f"{_fmt_num(r['sps_median'])} |"
+            f"{_fmt_sig(r['sps_median'])} |"
         )
     lines += _throughput_table(agg)
     lines += [
