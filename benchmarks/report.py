@@ -54,6 +54,8 @@ def read_run(run_dir: Path, metric: str = "eval/return_mean") -> dict[str, Any]:
                 break  # torn last line of a killed run
             if metric in rec and "time/wall_s" in rec:
                 point = {"step": rec["step"], "wall_s": rec["time/wall_s"], key: rec[metric]}
+                if "time/train_s" in rec:  # wall seconds with the periodic evaluations taken out
+                    point["train_s"] = rec["time/train_s"]
                 if std is not None:
                     point[f"{key}_std"] = rec.get(std, 0.0)
                 curve.append(point)
@@ -65,8 +67,12 @@ def read_run(run_dir: Path, metric: str = "eval/return_mean") -> dict[str, Any]:
 def _per_seed(run: dict[str, Any], threshold: float | None, metric: str = "eval/return_mean") -> dict[str, Any]:
     s, curve = run["summary"], run["curve"]
     key, std = metric_key(metric), _std_metric(metric)
+    # Training seconds to threshold (evaluations excluded), where the runner measured them.
+    has_train = (s is not None and "train_time_to_threshold_s" in s) or bool(curve and "train_s" in curve[0])
+    train_thr = None
     if s is not None and s.get("status") != "failed":
         steps_thr, time_thr = s.get("steps_to_threshold"), s.get("time_to_threshold_s")
+        train_thr = s.get("train_time_to_threshold_s")
         final_mean, final_std = s.get(metric), (s.get(std) if std else None)
         env_steps, wall = s.get("env_steps"), s.get("wall_seconds")
         finished = True
@@ -75,7 +81,7 @@ def _per_seed(run: dict[str, Any], threshold: float | None, metric: str = "eval/
         if threshold is not None:
             for p in curve:
                 if p[key] >= threshold:
-                    steps_thr, time_thr = p["step"], p["wall_s"]
+                    steps_thr, time_thr, train_thr = p["step"], p["wall_s"], p.get("train_s")
                     break
         last = curve[-1] if curve else None
         final_mean = last[key] if last else None
@@ -94,6 +100,8 @@ def _per_seed(run: dict[str, Any], threshold: float | None, metric: str = "eval/
         "sps": sps,
         "finished": finished,
     }
+    if has_train:
+        out["train_time_to_threshold_s"] = train_thr
     throughput = {k[len(THROUGHPUT) :]: v for k, v in (s or {}).items() if k.startswith(THROUGHPUT)}
     if throughput:  # only runs that measure it (text), so other suites' results stay as they were
         out["throughput"] = throughput
@@ -147,6 +155,8 @@ def aggregate(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]]) ->
                 "sps_median": float(np.median(sps)) if sps else None,
                 "finished": sum(p["finished"] for p in per.values()),
             }
+            if all("train_time_to_threshold_s" in p for p in per.values()):
+                row["train_time_to_threshold_s"] = _median_range([p["train_time_to_threshold_s"] for p in per.values()])
             throughput = _throughput_medians([p.get("throughput") for p in per.values()])
             if throughput:
                 row["throughput"] = throughput
@@ -164,6 +174,10 @@ def aggregate(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]]) ->
                 "steps": _ratio(target["steps_to_threshold"]["median"], r["steps_to_threshold"]["median"]),
                 "wall": _ratio(target["time_to_threshold_s"]["median"], r["time_to_threshold_s"]["median"]),
             }
+            if "train_time_to_threshold_s" in target and "train_time_to_threshold_s" in r:
+                out[ref]["train_wall"] = _ratio(
+                    target["train_time_to_threshold_s"]["median"], r["train_time_to_threshold_s"]["median"]
+                )
         ratios[entry.env] = out
     return {"rows": rows, "ratios": ratios}
 
@@ -236,6 +250,8 @@ def _ratio_sentence(
             return f"**{target} needs {ratio:.2f}x the {unit} of {ref}** on {label} (more samples)"
         return f"{target} needs {ratio:.2f}x the {unit} of {ref} on {label} (fewer samples)"
     word = "slower" if ratio > 1.0 else "faster"
+    if kind == "training-clock":
+        return f"{target} training time to threshold (evaluations excluded) is {ratio:.2f}x {ref}'s on {label} ({word})"
     return f"{target} wall-clock to threshold is {ratio:.2f}x {ref}'s on {label} ({word})"
 
 
@@ -278,6 +294,8 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
         f"generated {meta['generated']}."
     )
     unit, n_eval, one = suite.step_unit, suite.eval_episodes, suite.eval_unit.rstrip("s")
+    # only when every row measured it (the TRL peer of the text suites does not split its clock)
+    with_train = bool(agg["rows"]) and all("train_time_to_threshold_s" in r for r in agg["rows"].values())
     # Final evaluations whose size (eval.final_episodes, read from the runs) differs from the periodic.
     final_sizes = "".join(
         f"; final evaluation of {e.label}: {'/'.join(map(str, sizes))} {suite.eval_unit}"
@@ -289,13 +307,22 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
         "Steps/time to threshold: median [min-max] over seeds (seeds that reached it / seeds); the "
         "first periodic greedy evaluation (mean of "
         f"{n_eval} {suite.eval_unit}) at or above the threshold. Wall seconds include evaluation "
-        "time and are measured while other jobs share the cores. Final eval: mean over seeds of the final "
+        "time and are measured while other jobs share the cores"
+        + (
+            "; training seconds are the same clock with the periodic evaluations taken out (both "
+            "frameworks evaluate at the same env-step cadence with the same evaluation loop, so the one "
+            "that needs more env steps also evaluates more often)"
+            if with_train
+            else ""
+        )
+        + ". Final eval: mean over seeds of the final "
         f"{n_eval}-{one} greedy mean, +- std over seeds [min-max]{final_sizes}. "
         f"Steps/s: {unit} / wall seconds of the whole run (median over seeds).",
         "",
         f"| env | algo | threshold | {unit} to threshold | wall s to threshold | "
-        f"final greedy {_metric_word(suite)} | steps/s |",
-        "|---|---|---|---|---|---|---|",
+        + ("training s to threshold | " if with_train else "")
+        + f"final greedy {_metric_word(suite)} | steps/s |",
+        "|---|---|---|---|---|---|---|" + ("---|" if with_train else ""),
     ]
     digits = {e.env: e.metric_digits for e in suite.envs}
     keys = {e.env: metric_key(e.metric) for e in suite.envs}
@@ -307,11 +334,15 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
                 f"[{r[f'final_{k}_min']:.{d}f}, {r[f'final_{k}_max']:.{d}f}]"
             )
         unfinished = "" if r["finished"] == len(r["seeds"]) else f" ({len(r['seeds']) - r['finished']} cut by budget)"
+        train_cell = "n/a"
         if r["threshold"] is None:
             thr, steps_cell, time_cell = "none", "n/a (no threshold)", "n/a"
         else:
             thr, steps_cell = r["threshold"], _fmt_range(r["steps_to_threshold"])
             time_cell = _fmt_range(r["time_to_threshold_s"], 1)
+            if "train_time_to_threshold_s" in r:
+                train_cell = _fmt_range(r["train_time_to_threshold_s"], 1)
+        time_cell += f" | {train_cell}" if with_train else ""
         lines.append(
             f"| {r['label']} | {r['algo']}{unfinished} | {thr} | {steps_cell} | {time_cell} | {final} | "
             f"{_fmt_sig(r['sps_median'])} |"
@@ -322,13 +353,20 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
         f"## {suite.target} relative to {suite.references_label} (ratio of medians; < 1 is better for {suite.target})",
         "",
     ]
-    lines += [f"| env | vs | {unit.replace(' ', '-')} ratio | wall-clock ratio |", "|---|---|---|---|"]
+    lines += [
+        f"| env | vs | {unit.replace(' ', '-')} ratio | wall-clock ratio |"
+        + (" training-clock ratio (evaluations excluded) |" if with_train else ""),
+        "|---|---|---|---|" + ("---|" if with_train else ""),
+    ]
     sentences = []
     for entry in suite.envs:
         target_row = agg["rows"].get(f"{entry.env}/{suite.target}")
         for ref, rr in agg["ratios"].get(entry.env, {}).items():
             fmt = lambda x: "n/a" if x is None else f"{x:.2f}x"  # noqa: E731
-            lines.append(f"| {entry.label} | {ref} | {fmt(rr['steps'])} | {fmt(rr['wall'])} |")
+            lines.append(
+                f"| {entry.label} | {ref} | {fmt(rr['steps'])} | {fmt(rr['wall'])} |"
+                + (f" {fmt(rr.get('train_wall'))} |" if with_train else "")
+            )
             if target_row["threshold"] is None:
                 k, d = metric_key(entry.metric), entry.metric_digits
                 a, b = target_row[f"final_{k}_mean"], agg["rows"][f"{entry.env}/{ref}"][f"final_{k}_mean"]
@@ -350,6 +388,8 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
                 continue
             sentences.append(_ratio_sentence(suite.target, ref, "env steps", rr["steps"], entry.label, unit=unit))
             sentences.append(_ratio_sentence(suite.target, ref, "wall-clock", rr["wall"], entry.label))
+            if rr.get("train_wall") is not None:
+                sentences.append(_ratio_sentence(suite.target, ref, "training-clock", rr["train_wall"], entry.label))
     if sentences:
         lines += ["", *[f"- {s}" for s in sentences]]
     if plots:

@@ -191,7 +191,27 @@ def run(
         with open(metrics_path, "a") as f:
             f.write(json.dumps({"step": int(step), **record}) + "\n")
 
-    state: dict[str, Any] = {"next_eval": eval_every, "steps_to_threshold": None, "time_to_threshold": None}
+    state: dict[str, Any] = {
+        "next_eval": eval_every,
+        "steps_to_threshold": None,
+        "time_to_threshold": None,
+        "train_time_to_threshold": None,
+        "eval_s": 0.0,  # periodic evaluations, kept out of the training clock as grpo_marl's trainer does
+    }
+
+    def periodic_eval(steps: int) -> None:
+        t_eval = time.perf_counter()
+        wall = t_eval - state["start"]
+        train_s = wall - state["eval_s"]
+        result = evaluate()
+        state["eval_s"] += time.perf_counter() - t_eval
+        record = {**result, "time/wall_s": wall, "time/eval_s": state["eval_s"], "time/train_s": train_s}
+        if threshold is not None and state["steps_to_threshold"] is None and result["eval/return_mean"] >= threshold:
+            state["steps_to_threshold"] = steps
+            state["time_to_threshold"] = time.perf_counter() - state["start"]
+            state["train_time_to_threshold"] = train_s
+            record["eval/threshold_reached"] = 1.0
+        log(steps, record)
 
     class EvalCallback(BaseCallback):
         def _on_training_start(self) -> None:
@@ -203,18 +223,7 @@ def run(
                 return
             while state["next_eval"] <= steps:
                 state["next_eval"] += eval_every
-            wall = time.perf_counter() - state["start"]
-            result = evaluate()
-            record = {**result, "time/wall_s": wall}
-            if (
-                threshold is not None
-                and state["steps_to_threshold"] is None
-                and result["eval/return_mean"] >= threshold
-            ):
-                state["steps_to_threshold"] = steps
-                state["time_to_threshold"] = time.perf_counter() - state["start"]
-                record["eval/threshold_reached"] = 1.0
-            log(steps, record)
+            periodic_eval(steps)
 
         def _on_step(self) -> bool:
             return not (stop_on_threshold and state["steps_to_threshold"] is not None)
@@ -224,12 +233,7 @@ def run(
     # The last update's eval (our trainer evaluates after every update that crosses the cadence).
     steps = int(model.num_timesteps)
     if eval_every > 0 and steps >= state["next_eval"]:
-        result = evaluate()
-        record = {**result, "time/wall_s": wall}
-        if threshold is not None and state["steps_to_threshold"] is None and result["eval/return_mean"] >= threshold:
-            state["steps_to_threshold"] = steps
-            state["time_to_threshold"] = time.perf_counter() - state["start"]
-        log(steps, record)
+        periodic_eval(steps)
         wall = time.perf_counter() - state["start"]
     final = evaluate(seed_offset=500)
     log(steps, final)
@@ -244,6 +248,8 @@ def run(
         "threshold": None if threshold is None else float(threshold),
         "steps_to_threshold": state["steps_to_threshold"],
         "time_to_threshold_s": state["time_to_threshold"],
+        "eval_seconds": state["eval_s"],
+        "train_time_to_threshold_s": state["train_time_to_threshold"],
     }
     tmp = run_dir / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2, default=float) + "\n")

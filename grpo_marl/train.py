@@ -218,11 +218,17 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
         )
     if "eval/accuracy" in summary:
         parts.append(f"accuracy {summary['eval/accuracy']:.3f}")
-    parts.append(f"env steps {summary['env_steps']}, wall {summary['wall_seconds']:.1f} s")
+    evals = float(summary.get("eval_seconds") or 0.0)
+    parts.append(
+        f"env steps {summary['env_steps']}, wall {summary['wall_seconds']:.1f} s"
+        + (f" ({evals:.1f} s of it evaluating)" if evals else "")
+    )
     if summary.get("steps_to_threshold") is not None:
+        train_ttt = summary.get("train_time_to_threshold_s")
         parts.append(
             f"threshold {summary['threshold']} reached at {summary['steps_to_threshold']} steps / "
             f"{summary['time_to_threshold_s']:.1f} s"
+            + (f" ({train_ttt:.1f} s without evaluations)" if train_ttt is not None else "")
         )
     parts.append(f"run dir {run_dir}")
     print(" | ".join(parts), flush=True)

@@ -115,6 +115,10 @@ class Trainer:
         self.next_eval = int(cfg.eval.every_steps) if int(cfg.eval.every_steps) > 0 else None
         self.steps_to_threshold: int | None = None
         self.time_to_threshold: float | None = None
+        # Seconds spent in periodic evaluations (a measurement, not training): logged so that
+        # time-to-threshold can be compared with a peer's with the evaluation cadence factored out.
+        self.eval_seconds = 0.0
+        self.train_time_to_threshold: float | None = None
         self.last_eval: dict[str, float] = {}
         self._steps = 0  # global env steps after the last update (no collective needed to read)
         resume_step = None
@@ -280,6 +284,8 @@ class Trainer:
                         "time/collect_sps": (steps - steps_before) / max(t_collected - t_update, 1e-9),
                         "time/update_s": now - t_collected,
                         "time/wall_s": now - start,
+                        "time/eval_s": self.eval_seconds,
+                        "time/train_s": now - start - self.eval_seconds,
                     }
                 )
                 # Averaged over ranks; speeds are already of the whole job (global steps / time).
@@ -288,8 +294,11 @@ class Trainer:
                     while self.next_eval <= steps:
                         self.next_eval += int(cfg.eval.every_steps)
                     if self.is_main:
+                        t_eval = time.perf_counter()
                         with self._amp():
                             self.last_eval = self._evaluate(int(cfg.eval.episodes))
+                        train_s = t_eval - start - self.eval_seconds  # this update's end, evals excluded
+                        self.eval_seconds += time.perf_counter() - t_eval
                         metrics.update(self.last_eval)
                         if (
                             self.threshold is not None
@@ -298,6 +307,7 @@ class Trainer:
                         ):
                             self.steps_to_threshold = steps
                             self.time_to_threshold = time.perf_counter() - start
+                            self.train_time_to_threshold = train_s
                             metrics["eval/threshold_reached"] = 1.0
                 if self.updates % int(cfg.log.every) == 0 or "eval/return_mean" in metrics:
                     self.logger.log(steps, metrics)
@@ -338,6 +348,8 @@ class Trainer:
             "threshold": None if self.threshold is None else float(self.threshold),
             "steps_to_threshold": self.steps_to_threshold,
             "time_to_threshold_s": self.time_to_threshold,
+            "eval_seconds": self.eval_seconds,
+            "train_time_to_threshold_s": self.train_time_to_threshold,
             "world_size": self.ctx.world_size,
             **self.task.summary_extra(),
             **artifacts,
@@ -375,6 +387,8 @@ class Trainer:
                 "next_eval": self.next_eval,
                 "steps_to_threshold": self.steps_to_threshold,
                 "time_to_threshold": self.time_to_threshold,
+                "eval_seconds": self.eval_seconds,
+                "train_time_to_threshold": self.train_time_to_threshold,
                 "world_size": self.ctx.world_size,
             },
             "config": OmegaConf.to_container(self.cfg, resolve=True),
@@ -410,6 +424,8 @@ class Trainer:
         self.next_eval = c["next_eval"]
         self.steps_to_threshold = c["steps_to_threshold"]
         self.time_to_threshold = c["time_to_threshold"]
+        self.eval_seconds = float(c.get("eval_seconds", 0.0))  # checkpoints written before it was kept
+        self.train_time_to_threshold = c.get("train_time_to_threshold")
         return int(c["env_steps"])
 
     def close(self) -> None:

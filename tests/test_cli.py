@@ -210,6 +210,13 @@ def test_threshold_clock_and_early_stop(train, tmp_path: Path) -> None:
     recs = records(tmp_path / "thr")
     reached = [r for r in recs if r.get("eval/threshold_reached") == 1.0]
     assert len(reached) == 1 and reached[0]["step"] == summary["steps_to_threshold"]
+    # The training clock leaves the periodic evaluations out: every logged eval record carries the
+    # evaluation seconds so far, and train + eval seconds before an eval add up to its wall clock.
+    evals = [r for r in recs if "eval/return_mean" in r and "time/train_s" in r]
+    assert evals and summary["eval_seconds"] > 0
+    for r in evals:
+        assert r["time/train_s"] + r["time/eval_s"] == pytest.approx(r["time/wall_s"])
+    assert 0 < summary["train_time_to_threshold_s"] < summary["time_to_threshold_s"]
     assert reached[0]["eval/return_mean"] >= 20
 
 
