@@ -1,4 +1,5 @@
-"""Text-generation environments (kind ``text``): ``arithmetic``, ``quadratic``, ``arith_chat``, ``text_jsonl``.
+"""Text-generation environments (kind ``text``): ``arithmetic``, ``quadratic``, ``arith_chat``,
+``quadratic_chat``, ``text_jsonl``.
 
 Importing this package only registers names; gymnasium/numpy/the tasks are imported inside the
 factories, and transformers only by the LLM policy, so ``grpo_marl.registry`` stays cheap.
@@ -44,6 +45,10 @@ def _quadratic(split: str = "train", **kw: Any) -> Any:
 
 def _arith_chat(split: str = "train", **kw: Any) -> Any:
     return make_text_env("arith_chat", split=split, **kw)
+
+
+def _quadratic_chat(split: str = "train", **kw: Any) -> Any:
+    return make_text_env("quadratic_chat", split=split, **kw)
 
 
 def _jsonl(split: str = "train", **kw: Any) -> Any:
@@ -132,6 +137,13 @@ _ARITH_CHAT = {
         "algo": {**_TEXT_GRPO, "group_size": 8, "num_groups": 8, "minibatches": 4, "lr": 1e-5, "aggregation": "dapo"}
     },
 }
+# quadratic's equations and held-out split as chat turns for the same model and the same
+# fine-tuning defaults as arith_chat; 16 new tokens fit "x = -1, -3" and "The roots are x = 3 and
+# x = -2." (see README "Fine-tune a real model" and results/text_chat/quadratic.md).
+_QUADRATIC_CHAT = {
+    "common": {**_ARITH_CHAT["common"], "total_steps": 1280, "eval": {"every_steps": 640}},
+    "grpo": _ARITH_CHAT["grpo"],
+}
 
 register_env(
     "arithmetic",
@@ -158,6 +170,16 @@ register_env(
     threshold=0.85,
     description="chat prompt 'Compute a + b. Reply with the number only.' (a, b in 1..50; 2,000 train / 100 "
     "held out) for pretrained instruct models (default: SmolLM2-135M-Instruct); reward: last integer == a+b",
+)
+register_env(
+    "quadratic_chat",
+    _quadratic_chat,
+    kind="text",
+    defaults=_QUADRATIC_CHAT,
+    threshold=0.8,
+    description="quadratic's equations (152 train / 38 held out) as chat turns 'Solve x^2 + 4x + 3 = 0. Reply with "
+    "the roots only, in the form x = r1, r2.' for pretrained instruct models (default: SmolLM2-135M-Instruct); "
+    "reward: the roots the reply states + format",
 )
 register_env(
     "text_jsonl",

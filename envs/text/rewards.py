@@ -201,6 +201,17 @@ def _roots_answer(answer: str) -> list[int]:
     return roots
 
 
+def _roots_credit(pred: list[int] | None, answer: str) -> float:
+    """``matched / max(len(true), len(pred))`` over multisets; a double root may be stated once."""
+    if pred is None:
+        return 0.0
+    true = _roots_answer(answer)
+    if len(set(true)) == 1 and len(set(pred)) == 1 and len(pred) == 1:
+        pred = pred * len(true)  # "x = 3" for a double root 3
+    matched = sum((Counter(pred) & Counter(true)).values())
+    return matched / max(len(true), len(pred))
+
+
 @register_reward("quadratic_roots")
 def quadratic_roots(
     prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str], **kwargs: object
@@ -210,18 +221,39 @@ def quadratic_roots(
     Order does not matter; stating extra values costs the same as missing ones (the score is
     ``matched / max(len(true), len(stated))``). A double root may be written once (``x = 3``).
     """
-    out = []
-    for c, a in zip(completions, answers, strict=True):
-        pred = parse_roots(c)
-        if pred is None:
-            out.append(0.0)
-            continue
-        true = _roots_answer(a)
-        if len(set(true)) == 1 and len(set(pred)) == 1 and len(pred) == 1:
-            pred = pred * len(true)  # "x = 3" for a double root 3
-        matched = sum((Counter(pred) & Counter(true)).values())
-        out.append(matched / max(len(true), len(pred)))
-    return out
+    return [_roots_credit(parse_roots(c), a) for c, a in zip(completions, answers, strict=True)]
+
+
+# "x = 3, -2", "x = 3 and x = -2", "x = 3 or -2": one statement of roots in a free-form reply.
+# An integer followed by more digits, "." + digit or "/" is not taken (x = 2.5, x = 3/2).
+_INT_ROOT = r"-?\d+(?![\d/]|\.\d)"
+_STATED_RE = re.compile(
+    rf"(?<![A-Za-z0-9^])x\s*=\s*({_INT_ROOT}(?:\s*(?:,\s*and|,\s*or|,|and|or)\s*(?:x\s*=\s*)?{_INT_ROOT})*)"
+)
+
+
+def stated_roots(text: str) -> list[int] | None:
+    """The roots a free-form reply states last (``"The roots are x = 3 and x = -2."`` -> [3, -2]),
+    or None when it states none as ``x = <integer>``."""
+    found = _STATED_RE.findall(text)
+    return [int(v) for v in re.findall(r"-?\d+", found[-1])] if found else None
+
+
+@register_reward("quadratic_roots_stated")
+def quadratic_roots_stated(
+    prompts: Sequence[object], completions: Sequence[str], answers: Sequence[str], **kwargs: object
+) -> list[float]:
+    """:func:`quadratic_roots` for chat models' free-form replies: the credit of the last
+    ``x = r1, r2`` / ``x = r1 and x = r2`` statement anywhere in the reply (:func:`stated_roots`)."""
+    return [_roots_credit(stated_roots(c), a) for c, a in zip(completions, answers, strict=True)]
+
+
+@register_reward("quadratic_exact_stated")
+def quadratic_exact_stated(
+    prompts: Sequence[object], completions: Sequence[str], answers: Sequence[str], **kwargs: object
+) -> list[float]:
+    """1 if the roots a free-form reply states last equal the true roots (any order), else 0."""
+    return [float(r == 1.0) for r in quadratic_roots_stated(prompts, completions, answers)]
 
 
 @register_reward("quadratic_exact")

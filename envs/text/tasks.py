@@ -296,6 +296,64 @@ def quadratic_task(
     )
 
 
+QUADRATIC_CHAT_INSTRUCTION = "{equation}. Reply with the roots only, in the form x = r1, r2."
+
+
+def quadratic_chat_task(
+    low: int = -9,
+    high: int = 9,
+    eval_frac: float = 0.2,
+    split_seed: int = 0,
+    instruction: str = QUADRATIC_CHAT_INSTRUCTION,
+    examples: Sequence[Sequence[int]] = ((3, 2),),
+    rewards: dict[str, float] | None = None,
+    max_new_tokens: int = 16,
+) -> TextTask:
+    """:func:`quadratic_task`'s equations and held-out split (the same 38 held-out equations at
+    the defaults) as chat turns for pretrained instruct models: the user message ``Solve x^2 + 4x
+    + 3 = 0. Reply with the roots only, in the form x = r1, r2.``, answer ``x = -1, -3``.
+
+    ``examples`` (root pairs of training equations) are shown first as solved turns (user
+    question, assistant ``x = 3, 2``): without one, SmolLM2-135M-Instruct starts every reply with
+    a restatement of the equation and never states roots within the budget, so every group scores
+    0 and GRPO has no signal; with one it answers in the format 97% of the time. A held-out
+    equation as an example is an error.
+
+    Free-form replies are scored on the roots they state last (``x = -1 and x = -3`` counts):
+    ``quadratic_roots_stated`` (partial credit per root, the reward) and ``quadratic_exact_stated``
+    (the accuracy), plus 0.2 x ``quadratic_format`` (the reply is exactly ``x = r1, r2``). The
+    from-scratch task's strict metric, ``quadratic_exact``, is logged at weight 0
+    (``eval/reward/quadratic_exact``).
+    """
+    base = quadratic_task(low=low, high=high, eval_frac=eval_frac, split_seed=split_seed)
+    demo: list[dict[str, str]] = []
+    for roots in examples:
+        question, answer = format_quadratic(*(int(r) for r in roots))
+        if question in base.eval.prompts:
+            raise ConfigError(f"quadratic_chat: example {question!r} is a held-out equation (env_kwargs.examples)")
+        demo += [
+            {"role": "user", "content": instruction.format(equation=question)},
+            {"role": "assistant", "content": answer},
+        ]
+
+    def chat(rows: PromptSet) -> PromptSet:
+        prompts = tuple([*demo, {"role": "user", "content": instruction.format(equation=p)}] for p in rows.prompts)
+        return PromptSet(prompts, rows.answers)
+
+    if rewards is None:
+        rewards = {"quadratic_roots_stated": 1.0, "quadratic_format": 0.2, "quadratic_exact": 0.0}
+    return TextTask(
+        name="quadratic_chat",
+        train=chat(base.train),
+        eval=chat(base.eval),
+        rewards=rewards,
+        accuracy="quadratic_exact_stated",
+        # A locally built tiny model reads the prompts untemplated ("user: ...", prompt_text).
+        alphabet="".join(sorted(set(QUAD_ALPHABET).union(*(prompt_text(x) for x in chat(base.eval).prompts)))),
+        max_new_tokens=max_new_tokens,
+    )
+
+
 def _read_jsonl(path: Path, prompt_key: str, answer_key: str) -> tuple[list[Prompt], list[str]]:
     """Rows of a JSONL file; a bad line is reported as ``file:line`` with what is wrong."""
     if not path.is_file():
@@ -394,5 +452,6 @@ TASKS = {
     "arithmetic": arithmetic_task,
     "quadratic": quadratic_task,
     "arith_chat": arith_chat_task,
+    "quadratic_chat": quadratic_chat_task,
     "text_jsonl": jsonl_task,
 }
