@@ -54,7 +54,7 @@ def test_prints_final_evaluation(smoke_run) -> None:
 def test_writes_resolved_config(smoke_run) -> None:
     cfg = OmegaConf.load(smoke_run[0] / "config.yaml")
     assert cfg.env == "cartpole" and cfg.seed == 3 and cfg.total_steps == TOTAL_STEPS
-    assert cfg.algo.lr == 0.003  # cartpole's tuned default, merged under the command line
+    assert cfg.algo.lr == 0.002  # cartpole's tuned default, merged under the command line
     assert cfg.vec.num_envs == cfg.algo.num_groups * cfg.algo.group_size
     assert cfg.train.threshold == 475.0
     assert "${" not in (smoke_run[0] / "config.yaml").read_text()  # resolved
@@ -182,7 +182,8 @@ def test_multirun_sweep_over_seeds(run_cli, tmp_path: Path) -> None:
     assert all("seed" in d for d in dirs) and len(set(dirs)) == 2
     # distinct seeds, distinct runs
     first = [records(p.parent)[0] for p in sorted(sweep.glob("*/summary.json"))]
-    assert first[0]["rollout/return_mean"] != first[1]["rollout/return_mean"]
+    stats = [(r["rollout/return_mean"], r["rollout/return_std"]) for r in first]
+    assert stats[0] != stats[1]  # (seeds 1 and 2 happen to share the mean of their first 64 episodes)
 
 
 def test_unsupported_space_fails_cleanly(run_cli, tmp_path: Path) -> None:

@@ -80,11 +80,14 @@ def test_gaussian_log_prob_and_entropy_match_torch(log_std_init: float) -> None:
 @pytest.mark.parametrize(
     "space", [spaces.Discrete(3), spaces.Box(-2.0, 2.0, (2,), np.float32)], ids=["discrete", "box"]
 )
-def test_act_log_prob_is_log_prob_of_returned_action(space: gym.Space) -> None:
-    policy = policy_for(space)
+@pytest.mark.parametrize("deterministic", [False, True], ids=["sampled", "greedy"])
+def test_act_log_prob_is_log_prob_of_returned_action(space: gym.Space, deterministic: bool) -> None:
+    # acting computes the log-prob its own way (Gaussian: from the standard noise), scoring
+    # recomputes it from the action: the two must agree
+    policy = policy_for(space, log_std_init=-0.7)
     obs = obs_batch()
     torch.manual_seed(4)
-    action, logp = policy.act(obs[:, None])  # the vector layout [E, A, D]
+    action, logp = policy.act(obs[:, None], deterministic=deterministic)  # the vector layout [E, A, D]
     assert logp.shape == (32, 1) and action.shape[:2] == (32, 1)
     expected, _ = policy.log_prob(obs, agents(32), action[:, 0])
     torch.testing.assert_close(logp[:, 0], expected.detach())

@@ -139,8 +139,13 @@ class Actor(nn.Module):
 
     def gaussian_logp(self, mean: Tensor, action: Tensor) -> Tensor:
         assert self.log_std is not None
-        z = (action - mean) / self.log_std.exp()
-        return (-0.5 * z.square() - self.log_std - 0.5 * _LOG_2PI).sum(-1)
+        z = (action - mean) * torch.exp(-self.log_std)
+        return -0.5 * z.square().sum(-1) - self._gaussian_norm()
+
+    def _gaussian_norm(self) -> Tensor:
+        """``sum(log_std) + k/2 log(2 pi)``: the log-density's action-independent part (a scalar)."""
+        assert self.log_std is not None
+        return self.log_std.sum() + 0.5 * _LOG_2PI * self.out_dim
 
     def gaussian_entropy(self, shape: torch.Size) -> Tensor:
         assert self.log_std is not None
@@ -151,8 +156,11 @@ class Actor(nn.Module):
         if self.kind == "categorical":
             return _sample_categorical(_masked_logits(out, mask), deterministic)
         assert self.log_std is not None
-        action = out if deterministic else out + self.log_std.exp() * torch.randn_like(out)
-        return action, self.gaussian_logp(out, action)
+        # The standardised noise is the z of the log-density: no need to recover it from the action.
+        if deterministic:
+            return out, (-self._gaussian_norm()).expand(out.shape[:-1])
+        eps = torch.randn_like(out)
+        return out + self.log_std.exp() * eps, -0.5 * eps.square().sum(-1) - self._gaussian_norm()
 
     def score(self, out: Tensor, actions: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """Differentiable ``(log_prob, entropy)`` of given actions under the head's output."""
