@@ -46,7 +46,17 @@ class EnvSpec:
     vector_factory: Callable[..., Any] | None = None  # optional natively vectorized constructor
 
     def make(self, **kwargs: Any) -> Any:
-        return self.factory(**kwargs)
+        try:
+            return self.factory(**kwargs)
+        except TypeError as exc:
+            # A misspelt or unsupported ``env_kwargs`` key reaches the env's constructor as an
+            # unexpected keyword: name the config key instead of surfacing a bare TypeError.
+            if kwargs and "keyword argument" in str(exc):
+                raise UserInputError(
+                    f"env {self.name!r} rejected env_kwargs {sorted(kwargs)}: {exc}; "
+                    "remove or correct the env_kwargs key"
+                ) from exc
+            raise
 
 
 _REGISTRY: dict[str, EnvSpec] = {}

@@ -324,6 +324,25 @@ def test_unusable_env_names_exit_2(env: str, expected: str, tmp_path: Path, caps
         assert "pz:<namespace>/<name>-v<N>" in err and "package.module:factory" in err
 
 
+@pytest.mark.parametrize(
+    "env, vectorization, constructor",
+    [
+        ("acrobot", "sync", "AcrobotEnv.__init__()"),  # gymnasium.make in this process
+        ("acrobot", "async", "AcrobotEnv.__init__()"),  # in the env worker processes
+        ("pursuit", "auto", "Pursuit.__init__()"),  # a PettingZoo constructor
+    ],
+)
+def test_env_kwarg_the_env_does_not_take_exits_2_naming_it(
+    env: str, vectorization: str, constructor: str, tmp_path: Path, capsys
+) -> None:
+    from grpo_marl.train import main
+
+    args = [f"env={env}", f"vec.vectorization={vectorization}", "+env_kwargs.colour=1", "total_steps=100"]
+    code, err = in_process(main, [*args, f"hydra.run.dir={tmp_path / 'run'}"], capsys)
+    assert code == 2 and err.startswith(f"error: env {env!r} rejected env_kwargs ['colour']: {constructor}"), err
+    assert "remove or correct the env_kwargs key" in err and "Traceback" not in err
+
+
 # -- evaluate ---------------------------------------------------------------------------------------
 def test_evaluate_refuses_bad_arguments_before_running(stopped_run: Path, tmp_path: Path, capsys) -> None:
     from grpo_marl.evaluate import main
