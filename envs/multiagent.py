@@ -34,13 +34,13 @@ from grpo_marl.registry import register_env
 # Config overrides per shipped task, per algorithm ("common" applies to all; see
 # grpo_marl.config.env_defaults). Tuned on the 2-core CPU; see benchmarks/marl.py.
 TUNED: dict[str, dict[str, Any]] = {
-    # GRPO, final greedy eval of 1000 episodes (greedy scripted assignment: -8.82): -8.91 +- 0.28 over
-    # seeds 1-3 at 1.5M steps (results/marl/final_eval.md; MAPPO -9.33, IPPO -9.58 there); -8.37 at
-    # 4M steps (seed 1). 1.5M is the default: with the batched port it is ~2 CPU-minutes (4M: ~5).
-    # Fewer gradient passes cost far more steps here (seed 1 at 1.5M: 2 epochs x 2 minibatches
-    # -12.95, 4 x 2 -10.08, 8 groups x 8 -9.14; 16 groups, 4 x 4: -9.25).
+    # GRPO, final greedy eval of 1000 episodes (greedy scripted assignment: -8.82): -8.23 / -8.17 /
+    # -8.68 over seeds 1-3 at 2.5M steps, 150 s for seed 1 on one core of this machine (the 1.5M of
+    # before gave -9.16 median: results/marl/simple_spread_ports.md). Fewer gradient passes cost far
+    # more steps here (seed 1 at 1.5M: 2 epochs x 2 minibatches -12.95, 4 x 2 -10.08, 8 groups x 8
+    # -9.14; 16 groups, 4 x 4: -9.25).
     "simple_spread": {
-        "common": {"total_steps": 1_500_000, "eval": {"episodes": 100}},
+        "common": {"total_steps": 2_500_000, "eval": {"episodes": 100}},
         "grpo": {
             "algo": {"group_size": 8, "num_groups": 16, "lr": 0.003, "lr_schedule": "linear", "group_mode": "seed"},
         },

@@ -73,7 +73,7 @@ def test_config_errors_are_actionable(resolve) -> None:
 
 def test_tuned_defaults_per_algo(resolve) -> None:
     cfg = resolve(["env=simple_spread"])
-    assert cfg.algo.group_mode == "seed" and cfg.algo.group_size == 8 and cfg.total_steps == 1_500_000
+    assert cfg.algo.group_mode == "seed" and cfg.algo.group_size == 8 and cfg.total_steps == 2_500_000
     assert cfg.train.threshold == -9.0
     assert resolve(["env=simple_spread", "algo=mappo"]).algo.n_envs == 128  # the MAPPO preset, not GRPO's groups
     cfg = resolve(["env=pursuit", "algo=mappo"])

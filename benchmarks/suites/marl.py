@@ -2,12 +2,12 @@
 
 All three go through the CLI with the same actor (per-group MLP), the same multi-process episode
 collector and the same greedy evaluation; MAPPO/IPPO add a centralized / per-agent critic
-(``grpo_marl/marl/ppo.py``). Returns are mean per-agent episode returns on the env's own reward
+(one PPO, ``grpo_marl/algos/ppo.py``). Returns are mean per-agent episode returns on the env's own reward
 scale (mpe2 defaults). The random-policy and scripted greedy-assignment references are not
 training runs: ``python benchmarks/marl.py --references-only`` measures them.
 
-Budgets (env = joint steps): simple_spread 1.5M (GRPO passes the greedy-assignment score there),
-simple_speaker_listener 500k, pursuit (8x8, 4 pursuers, 50 steps; slow env) 100k.
+Budgets (env = joint steps): simple_spread 2.5M (GRPO's default; it passes the greedy-assignment
+score there), simple_speaker_listener 500k, pursuit (8x8, 4 pursuers, 50 steps; slow env) 100k.
 """
 
 from benchmarks.runners import Job, grpo_marl_command, register_runner
@@ -34,9 +34,9 @@ register_suite(
             EnvEntry(
                 "simple_spread",
                 "mpe2 simple_spread_v3 (N=3, 25 steps)",
-                eval_every=100_000,
+                eval_every=250_000,
                 final_episodes=1000,
-                total_steps={"grpo": 1_500_000, "mappo": 1_500_000, "ippo": 1_500_000},
+                total_steps={"grpo": 2_500_000, "mappo": 2_500_000, "ippo": 2_500_000},
                 smoke_steps=3200,
                 smoke_eval_every=3200,
             ),
