@@ -187,8 +187,10 @@ def _sample_categorical(logits: Tensor, deterministic: bool) -> tuple[Tensor, Te
     if deterministic:
         action = logits.argmax(-1)
     else:
-        gumbel = -torch.log(-torch.log(torch.rand_like(logits).clamp_(1e-20, 1.0)))
-        action = (logp_all + gumbel).argmax(-1)
+        # -log(E), E ~ Exp(1), is a standard Gumbel sample: three ops instead of -log(-log(U))'s
+        # five. The clamp keeps a (vanishingly rare) E = 0 from lifting a masked (-1e9) action.
+        noise = torch.empty_like(logits).exponential_().clamp_min_(1e-30)
+        action = (logp_all - noise.log()).argmax(-1)
     return action, logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
 
 
