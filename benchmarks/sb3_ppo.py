@@ -181,7 +181,7 @@ def run(
     def evaluate(seed_offset: int = 0) -> dict[str, float]:
         # Same seeds and the same evaluation loop as grpo_marl's own runs (ControlTask.evaluate).
         seeds = 1_000_000 + 1000 * seed + seed_offset + np.arange(eval_episodes)
-        out = evaluate_policy(_Greedy(), eval_vec, seeds.tolist(), "cpu", deterministic=True)  # type: ignore[arg-type]
+        out = evaluate_policy(_Greedy(), eval_vec, seeds.tolist(), "cpu", deterministic=True)
         return {
             k: out[k]
             for k in ("eval/return_mean", "eval/return_std", "eval/return_min", "eval/return_max", "eval/episodes")

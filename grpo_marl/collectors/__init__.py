@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from grpo_marl.collectors.base import Collector, HostToDevice
 from grpo_marl.collectors.episodes import EpisodeCollector
-from grpo_marl.collectors.evaluate import evaluate_policy
+from grpo_marl.collectors.evaluate import ActingPolicy, evaluate_policy
 from grpo_marl.collectors.steps import StepCollector
 from grpo_marl.collectors.stream import StreamingCollector
 from grpo_marl.errors import UserInputError
@@ -63,6 +63,7 @@ __all__ = [
     "HostToDevice",
     "StepCollector",
     "StreamingCollector",
+    "ActingPolicy",
     "evaluate_policy",
     "make_collector",
 ]
