@@ -139,9 +139,9 @@ _ARITH_CHAT = {
 }
 # quadratic's equations and held-out split as chat turns for the same model and the same
 # fine-tuning defaults as arith_chat; 16 new tokens fit "x = -1, -3" and "The roots are x = 3 and
-# x = -2." (see README "Fine-tune a real model" and results/text_chat/quadratic.md).
+# x = -2.". 640 completions (10 updates): see results/text_chat/quadratic.md for what they give.
 _QUADRATIC_CHAT = {
-    "common": {**_ARITH_CHAT["common"], "total_steps": 1280, "eval": {"every_steps": 640}},
+    "common": {**_ARITH_CHAT["common"], "total_steps": 640, "eval": {"every_steps": 320}},
     "grpo": _ARITH_CHAT["grpo"],
 }
 
