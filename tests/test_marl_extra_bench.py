@@ -73,7 +73,7 @@ def test_marl_extra_smoke_one_row_per_algo(tmp_path: Path, monkeypatch: pytest.M
     table = (out / "table.md").read_text()
     assert "SMOKE" in table
     main_table = table.split("## grpo relative to")[0]  # the ratio tables repeat the env label
-    rows = [line for line in main_table.splitlines() if line.startswith("| butterfly knights_archers_zombies_v10")]
+    rows = [line for line in main_table.splitlines() if line.startswith("| butterfly knights_archers_zombies_v11")]
     assert sorted(line.split("|")[2].strip() for line in rows) == sorted(ALGOS)
     results = json.loads((out / "results.json").read_text())
     assert sorted(results["rows"]) == sorted(f"knights_archers_zombies/{a}" for a in ALGOS)

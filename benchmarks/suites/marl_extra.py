@@ -42,7 +42,7 @@ register_suite(
         envs=[
             EnvEntry(
                 "knights_archers_zombies",
-                "butterfly knights_archers_zombies_v10 (vector obs, 900 cycles, 10 zombies)",
+                "butterfly knights_archers_zombies_v11 (vector obs, 900 cycles, 10 zombies)",
                 eval_every=15_000,
                 final_episodes=16,
                 total_steps={"grpo": 60_000, "mappo": 60_000, "ippo": 60_000},
@@ -61,7 +61,7 @@ register_suite(
             ),
             EnvEntry(
                 "cooperative_pong",
-                "butterfly cooperative_pong_v5 (48x48x4 grayscale, CNN)",
+                "butterfly cooperative_pong_v6 (48x48x4 grayscale, CNN)",
                 eval_every=4_000,
                 final_episodes=8,
                 total_steps={"grpo": 12_000, "mappo": 12_000, "ippo": 12_000},
