@@ -368,7 +368,7 @@ CROSS_KEY = [
     (["env=cartpole", "algo=mappo"], "algo=mappo trains multi-agent PettingZoo envs only"),
     (["env=cartpole", "algo=ippo"], "use algo=grpo or algo=ppo"),
     (["env=simple_spread", "algo=ppo"], "use algo=grpo or algo=mappo or algo=ippo"),
-    (["env=cartpole", "vec.num_envs=10"], "vec.num_envs=10 does not fit algo.num_groups=4 x algo.group_size=8"),
+    (["env=cartpole", "vec.num_envs=10"], "vec.num_envs=10 does not fit algo.num_groups=8 x algo.group_size=8"),
     (["env=cartpole", "algo.group_mode=agent"], "algo.group_mode=agent needs a multi-agent env"),
     (["env=cartpole", "algo.rollout=stream", "vec.vectorization=async"], "use vec.vectorization=sync"),
     (["env=cartpole", "train.stop_on_threshold=true", "eval.every_steps=0"], "set eval.every_steps="),
