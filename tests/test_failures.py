@@ -146,7 +146,7 @@ def test_failure_before_the_first_checkpoint_says_so(tmp_path: Path) -> None:
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_saves_at_the_update_boundary_and_resume_finishes(tmp_path: Path, sig: int, code: int) -> None:
     run_dir = tmp_path / "run"
-    proc = start(*FAST, "total_steps=400000", "checkpoint.every=1", run_dir=run_dir)
+    proc = start(*FAST, "total_steps=20000000", "checkpoint.every=1", run_dir=run_dir)
     wait_for(run_dir / "checkpoints" / "last.pt", proc)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=TIMEOUT)
@@ -173,7 +173,7 @@ def test_ctrl_c_at_a_terminal_with_env_worker_processes(tmp_path: Path) -> None:
     """Ctrl-C signals the whole process group, env worker processes included: the run still stops
     once, at the update boundary, as interrupted (not as a worker failure)."""
     run_dir = tmp_path / "run"
-    proc = start(*FAST, "total_steps=400000", "checkpoint.every=1", "vec.vectorization=async", run_dir=run_dir,
+    proc = start(*FAST, "total_steps=20000000", "checkpoint.every=1", "vec.vectorization=async", run_dir=run_dir,
                  session=True)  # fmt: skip
     try:
         wait_for(run_dir / "checkpoints" / "last.pt", proc)
@@ -205,7 +205,7 @@ def test_a_finished_runs_directory_is_refused(tmp_path: Path) -> None:
 
 def test_a_directory_in_use_is_refused(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    first = start(*FAST, "total_steps=400000", "checkpoint.every=1", run_dir=run_dir)
+    first = start(*FAST, "total_steps=20000000", "checkpoint.every=1", run_dir=run_dir)
     try:
         wait_for(run_dir / "checkpoints" / "last.pt", first)
         proc = cli(*FAST, "total_steps=500", run_dir=run_dir)

@@ -66,7 +66,7 @@ def test_marl_suite_plugs_into_the_harness(tmp_path: Path) -> None:
     assert [e.env for e in suite.envs] == ["simple_spread", "simple_speaker_listener", "pursuit"]
     entry = suite.env("simple_spread")
     argv = RUNNERS["mappo"](Job(suite, entry, "mappo", 1, tmp_path / "run"))
-    assert "algo=mappo" in argv and "env=simple_spread" in argv and "total_steps=1500000" in argv
+    assert "algo=mappo" in argv and "env=simple_spread" in argv and "total_steps=2500000" in argv
     # Precise final evaluations (1000 episodes) in real runs, none of that cost in --smoke.
     assert "eval.final_episodes=1000" in argv and "eval.episodes=50" in argv
     smoke = RUNNERS["grpo"](Job(suite, entry, "grpo", 1, tmp_path / "smoke", smoke=True))
