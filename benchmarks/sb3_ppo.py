@@ -202,14 +202,15 @@ def run(
     def periodic_eval(steps: int) -> None:
         t_eval = time.perf_counter()
         wall = t_eval - state["start"]
-        train_s = wall - state["eval_s"]
+        # as the trainer logs them: the clocks at the end of the update, before this evaluation
+        record = {"time/wall_s": wall, "time/eval_s": state["eval_s"], "time/train_s": wall - state["eval_s"]}
         result = evaluate()
         state["eval_s"] += time.perf_counter() - t_eval
-        record = {**result, "time/wall_s": wall, "time/eval_s": state["eval_s"], "time/train_s": train_s}
+        record.update(result)
         if threshold is not None and state["steps_to_threshold"] is None and result["eval/return_mean"] >= threshold:
             state["steps_to_threshold"] = steps
             state["time_to_threshold"] = time.perf_counter() - state["start"]
-            state["train_time_to_threshold"] = train_s
+            state["train_time_to_threshold"] = record["time/train_s"]
             record["eval/threshold_reached"] = 1.0
         log(steps, record)
 

@@ -284,12 +284,14 @@ class Trainer:
                         "time/collect_sps": (steps - steps_before) / max(t_collected - t_update, 1e-9),
                         "time/update_s": now - t_collected,
                         "time/wall_s": now - start,
-                        "time/eval_s": self.eval_seconds,
-                        "time/train_s": now - start - self.eval_seconds,
                     }
                 )
                 # Averaged over ranks; speeds are already of the whole job (global steps / time).
                 metrics = dist.mean_metrics(metrics, self.ctx)
+                # Evaluation runs on rank 0 only, so its clock is not averaged over ranks.
+                train_s = now - start - self.eval_seconds  # this update's end, evaluations excluded
+                metrics["time/eval_s"] = self.eval_seconds
+                metrics["time/train_s"] = train_s
                 if self.next_eval is not None and steps >= self.next_eval:
                     while self.next_eval <= steps:
                         self.next_eval += int(cfg.eval.every_steps)
@@ -297,7 +299,6 @@ class Trainer:
                         t_eval = time.perf_counter()
                         with self._amp():
                             self.last_eval = self._evaluate(int(cfg.eval.episodes))
-                        train_s = t_eval - start - self.eval_seconds  # this update's end, evals excluded
                         self.eval_seconds += time.perf_counter() - t_eval
                         metrics.update(self.last_eval)
                         if (

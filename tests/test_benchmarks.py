@@ -201,6 +201,10 @@ def test_sb3_peer_writes_the_same_files(tmp_path: Path) -> None:
     run_ = read_run(tmp_path)
     assert [p["step"] for p in run_["curve"]] == [256, 512]
     assert {"eval/return_mean", "eval/return_std", "wall_seconds", "steps_to_threshold"} <= set(run_["summary"])
+    # the same training clock as the trainer's: evaluations before a point taken out of its wall clock
+    assert run_["summary"]["eval_seconds"] > 0 and "train_time_to_threshold_s" in run_["summary"]
+    assert run_["curve"][0]["train_s"] == pytest.approx(run_["curve"][0]["wall_s"])
+    assert 0 < run_["curve"][1]["train_s"] < run_["curve"][1]["wall_s"]
 
 
 HAVE_TRL = importlib.util.find_spec("trl") is not None

@@ -342,14 +342,15 @@ def quadratic_chat_task(
 
     if rewards is None:
         rewards = {"quadratic_roots_stated": 1.0, "quadratic_format": 0.2, "quadratic_exact": 0.0}
+    held_out = chat(base.eval)
     return TextTask(
         name="quadratic_chat",
         train=chat(base.train),
-        eval=chat(base.eval),
+        eval=held_out,
         rewards=rewards,
         accuracy="quadratic_exact_stated",
         # A locally built tiny model reads the prompts untemplated ("user: ...", prompt_text).
-        alphabet="".join(sorted(set(QUAD_ALPHABET).union(*(prompt_text(x) for x in chat(base.eval).prompts)))),
+        alphabet="".join(sorted(set(QUAD_ALPHABET).union(*(prompt_text(x) for x in held_out.prompts)))),
         max_new_tokens=max_new_tokens,
     )
 
