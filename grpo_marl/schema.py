@@ -125,6 +125,7 @@ COMMON: dict[str, Key] = {
     "eval.final_episodes": Int(gt=0, nullable=True),
     "eval.every_steps": Int(lo=0, hint="0 = final evaluation only"),
     "eval.deterministic": BOOL,
+    "eval.at_start": BOOL,
     "train.stop_on_threshold": BOOL,
     "train.threshold": Float(nullable=True),
     "log.every": POS_INT,

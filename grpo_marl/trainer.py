@@ -247,6 +247,25 @@ class Trainer:
             for m in self.modules.values():
                 m.train()
 
+    def _periodic_eval(self, steps: int, start: float, train_s: float) -> dict[str, float]:
+        """One periodic evaluation on rank 0: its metrics (and the threshold's first crossing);
+        its seconds go to ``eval_seconds``, not to the training clock."""
+        t_eval = time.perf_counter()
+        with self._amp():
+            self.last_eval = self._evaluate(int(self.cfg.eval.episodes))
+        self.eval_seconds += time.perf_counter() - t_eval
+        out = dict(self.last_eval)
+        if (
+            self.threshold is not None
+            and self.steps_to_threshold is None
+            and self.last_eval[self.task.threshold_metric] >= float(self.threshold)
+        ):
+            self.steps_to_threshold = steps
+            self.time_to_threshold = time.perf_counter() - start
+            self.train_time_to_threshold = train_s
+            out["eval/threshold_reached"] = 1.0
+        return out
+
     def fit(self) -> dict[str, Any]:
         """Train until ``total_steps`` env steps (or the threshold, if asked); return the summary."""
         cfg = self.cfg
@@ -255,7 +274,21 @@ class Trainer:
         status = "completed"
         self._steps = self.env_steps
         try:
-            while self._steps < total:
+            if bool(cfg.eval.get("at_start", False)) and self.updates == 0 and self.is_main:
+                # the untrained policy's figure, on the curve at step 0 (a resumed run has it)
+                first = self._periodic_eval(self._steps, start, 0.0)
+                wall = time.perf_counter() - start
+                clocks = {
+                    "time/wall_s": wall,
+                    "time/eval_s": self.eval_seconds,
+                    "time/train_s": wall - self.eval_seconds,
+                }
+                self.logger.log(self._steps, {**first, **clocks})
+            # reached before this call (at the start, or by the run this one resumes)
+            done = dist.any_flag(bool(cfg.train.stop_on_threshold) and self.steps_to_threshold is not None, self.ctx)
+            if done:
+                status = "threshold_reached"
+            while self._steps < total and not done:
                 t_update = time.perf_counter()
                 steps_before = self._steps
                 for group in self.optimizer.param_groups:
@@ -296,20 +329,7 @@ class Trainer:
                     while self.next_eval <= steps:
                         self.next_eval += int(cfg.eval.every_steps)
                     if self.is_main:
-                        t_eval = time.perf_counter()
-                        with self._amp():
-                            self.last_eval = self._evaluate(int(cfg.eval.episodes))
-                        self.eval_seconds += time.perf_counter() - t_eval
-                        metrics.update(self.last_eval)
-                        if (
-                            self.threshold is not None
-                            and self.steps_to_threshold is None
-                            and self.last_eval[self.task.threshold_metric] >= float(self.threshold)
-                        ):
-                            self.steps_to_threshold = steps
-                            self.time_to_threshold = time.perf_counter() - start
-                            self.train_time_to_threshold = train_s
-                            metrics["eval/threshold_reached"] = 1.0
+                        metrics.update(self._periodic_eval(steps, start, train_s))
                 if self.updates % int(cfg.log.every) == 0 or "eval/return_mean" in metrics:
                     self.logger.log(steps, metrics)
                 stop = bool(cfg.train.stop_on_threshold) and self.steps_to_threshold is not None

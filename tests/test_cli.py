@@ -234,3 +234,20 @@ def test_final_evaluation_can_use_more_episodes(train, tmp_path: Path, read_metr
     periodic = [r["eval/episodes"] for r in read_metrics(tmp_path / "run") if "eval/episodes" in r]
     assert periodic[:-1] and set(periodic[:-1]) == {3.0} and periodic[-1] == 7.0
     assert summary["eval/episodes"] == 7.0
+
+
+def test_evaluation_at_start(train, tmp_path: Path) -> None:
+    """eval.at_start logs the untrained policy's evaluation at step 0 without changing the run;
+    a threshold it already meets ends a stop_on_threshold run before any update."""
+    args = ("env=cartpole", "total_steps=3000", "eval.every_steps=1500", "eval.episodes=4")
+    plain = train(tmp_path / "plain", *args)
+    first = train(tmp_path / "first", *args, "eval.at_start=true")
+    recs = records(tmp_path / "first")
+    assert recs[0]["step"] == 0 and recs[0]["eval/episodes"] == 4.0 and "rollout/steps" not in recs[0]
+    assert recs[0]["time/train_s"] + recs[0]["time/eval_s"] == pytest.approx(recs[0]["time/wall_s"])
+    # greedy evaluation draws no training randomness: same steps, same final evaluation
+    assert first["env_steps"] == plain["env_steps"]
+    assert first["eval/return_mean"] == plain["eval/return_mean"]
+    assert first["eval_seconds"] > 0
+    done = train(tmp_path / "done", *args, "eval.at_start=true", "train.threshold=1", "train.stop_on_threshold=true")
+    assert done["status"] == "threshold_reached" and done["steps_to_threshold"] == 0 and done["env_steps"] == 0

@@ -98,6 +98,7 @@ register_suite(
                 "arith_chat (SmolLM2-135M-Instruct)",
                 eval_every=320,
                 total_steps={"grpo": 640, "trl_grpo": 640, "trl_grpo_nogc": 640},
+                overrides={"grpo": ["eval.at_start=true"]},  # the untrained model's accuracy, as TRL's step 0
                 threshold=0.85,
                 metric="eval/accuracy",
                 metric_digits=2,
