@@ -175,3 +175,55 @@ def test_prompt_sampling_is_checked_before_training(run_cli: Callable[..., Any])
     line = next(x for x in proc.stderr.splitlines() if "text.prompt_sampling=" in x)
     assert "worst" in line and "choose one of uniform, hard" in line
     assert "text.hard_floor=0 must be > 0" in proc.stderr
+
+
+def test_rollouts_without_signal_are_not_scored_and_the_gradient_is_unchanged(
+    resolve: Callable[[list[str]], Any],
+) -> None:
+    """GRPO drops zero-advantage rollouts from a minibatch before scoring it (no KL, no entropy
+    bonus): the loss and every parameter's gradient equal those of the whole minibatch."""
+    from grpo_marl.algos import make_algo
+    from grpo_marl.registry import get_spec
+    from grpo_marl.tasks.text import TextTask
+
+    cpu = torch.device("cpu")
+    cfg = resolve(["env=arithmetic", *FAST, "algo.entropy_coef=0"])  # (arithmetic's default has a bonus)
+    task = TextTask(cfg, get_spec("arithmetic"), cpu)
+    algo = make_algo("grpo", cfg.algo, task, cpu)
+    data, _ = algo.prepare(task.collect(task.policy))
+    assert data is not None
+    g = int(cfg.algo.group_size)
+    adv = torch.zeros_like(data["advantages"])  # groups 0 and 2 all-equal, 1 and 3 with signal
+    spread = torch.linspace(-1.0, 1.0, g)[:, None].expand(g, adv.shape[1])
+    adv[g : 2 * g] = spread
+    adv[3 * g : 4 * g] = -spread
+    data["advantages"] = adv
+    live = (adv != 0).any(1)
+    assert int(live.sum()) == 2 * g
+    params = [p for p in task.policy.parameters() if p.requires_grad]
+
+    def backward(loss: torch.Tensor) -> list[torch.Tensor]:
+        for p in params:
+            p.grad = None
+        loss.backward()
+        return [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in params]
+
+    sub = algo.rows_with_signal(data)
+    assert sub["input_ids"].shape[0] == 2 * g and torch.equal(sub["advantages"], data["advantages"][live])
+    out = algo.loss(data)
+    grads = backward(out["loss"])
+    logp, _ = task.log_prob(task.policy, data, need_entropy=False)
+    weights = data["weights"] * float(algo.minibatches)
+    whole = algo.loss_fn(logp, data["logp"], data["advantages"], weights, mask=data["mask"])
+    whole_grads = backward(whole["loss"])
+    torch.testing.assert_close(out["loss"], whole["loss"], atol=1e-7, rtol=1e-5)
+    assert any(bool(w.abs().sum() > 0) for w in whole_grads)
+    for a, b in zip(grads, whole_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-7, rtol=1e-5)
+    # nothing to learn from: one row is kept so the optimizer still steps on a zero gradient
+    none = {**data, "advantages": torch.zeros_like(data["advantages"])}
+    assert algo.rows_with_signal(none)["input_ids"].shape[0] == 1
+    # an entropy bonus or a KL term acts on every row: nothing is dropped
+    algo.cfg.entropy_coef = 0.01
+    assert algo.rows_with_signal(data) is data
+    task.close()

@@ -139,6 +139,7 @@ class GRPO(Algorithm):
     def loss(self, mb: dict[str, Tensor]) -> dict[str, Tensor]:
         """The clipped surrogate + KL on one minibatch. Aggregation weights are normalised over
         the whole batch, so a minibatch's are scaled by the number of minibatches."""
+        mb = self.rows_with_signal(mb)
         logp, entropy = self.task.log_prob(self.task.policy, mb, need_entropy=self.cfg.entropy_coef > 0)
         return self.loss_fn(
             logp,
@@ -149,6 +150,29 @@ class GRPO(Algorithm):
             entropy=entropy,
             mask=mb.get("mask"),
         )
+
+    def rows_with_signal(self, mb: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The minibatch without its rollouts whose advantage is zero everywhere, when that is
+        exact: without a KL term or entropy bonus such a rollout's loss term is ``w * min(r * 0,
+        clip(r) * 0) = 0`` and so is its gradient, and the aggregation weights were normalised over
+        the whole batch in :meth:`prepare`, so the loss and its gradient are unchanged. Why: the
+        members of an all-equal group (every completion right, or every one wrong) all have zero
+        advantage, and on a pretrained LLM that is half the groups or more; scoring them was half
+        the cost of an update. Sequence layout only (one row = one rollout); the loss statistics
+        (clip fraction, ratios) then describe the rows that carry signal. An all-zero minibatch
+        keeps one row, so the optimizer still steps on a (zero) gradient as it would have."""
+        if self.layout != "sequence" or "ref_logp" in mb or float(self.cfg.entropy_coef) != 0.0:
+            return mb
+        adv = mb["advantages"]
+        b = adv.shape[0]
+        live = (adv != 0).reshape(b, -1).any(1)
+        if bool(live.all()):
+            return mb
+        if not bool(live.any()):
+            live = live.clone()
+            live[0] = True
+        idx = live.nonzero().squeeze(1)
+        return {k: v[idx] if isinstance(v, Tensor) and v.dim() > 0 and v.shape[0] == b else v for k, v in mb.items()}
 
     def after_update(self) -> None:
         """Iterative GRPO: refresh the reference every ``ref_refresh`` updates (0 = frozen)."""
