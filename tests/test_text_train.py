@@ -223,7 +223,9 @@ def test_rollouts_without_signal_are_not_scored_and_the_gradient_is_unchanged(
     # nothing to learn from: one row is kept so the optimizer still steps on a zero gradient
     none = {**data, "advantages": torch.zeros_like(data["advantages"])}
     assert algo.rows_with_signal(none)["input_ids"].shape[0] == 1
-    # an entropy bonus or a KL term acts on every row: nothing is dropped
+    # a KL term or an entropy bonus acts on every row: nothing is dropped
+    with_kl = {**data, "ref_logp": data["logp"]}
+    assert algo.rows_with_signal(with_kl) is with_kl
     algo.cfg.entropy_coef = 0.01
     assert algo.rows_with_signal(data) is data
     task.close()
