@@ -132,6 +132,59 @@ def test_downsampled_state_and_replay_snapshot() -> None:
         preprocess.settings_of({"frame_stack": 0})
 
 
+@pytest.mark.parametrize("stack", [1, 3])
+def test_preprocessing_on_the_aec_env_equals_wrapping_the_parallel_env(stack: int) -> None:
+    """The per-frame SuperSuit wrappers go on the AEC env inside ``aec_to_parallel`` and one lean
+    conversion follows (``preprocess.apply``): observations, rewards, ends and infos equal
+    SuperSuit's wrappers on PettingZoo's Parallel env step for step, over episode ends, while the
+    raw env renders each agent's observation once per joint step instead of once per wrapper
+    layer plus the observation ``aec_to_parallel`` reads and discards before each action."""
+    import supersuit as ss
+    from pettingzoo.butterfly import cooperative_pong_v6
+    from pettingzoo.utils.conversions import aec_to_parallel
+
+    from grpo_marl.marl import preprocess
+
+    def reference() -> object:
+        env = aec_to_parallel(cooperative_pong_v6.env(max_cycles=40))
+        env = ss.dtype_v0(ss.resize_v1(ss.color_reduction_v0(env, "full"), 40, 36, linear_interp=True), np.uint8)
+        return ss.frame_stack_v1(env, stack) if stack > 1 else ss.reshape_v0(env, (36, 40, 1))
+
+    ours = preprocess.apply(
+        aec_to_parallel(cooperative_pong_v6.env(max_cycles=40)),
+        {"color_reduction": "full", "resize": [40, 36], "frame_stack": stack},
+    )
+    theirs = reference()
+    raw = ours.unwrapped
+    calls = {"n": 0}
+    observe = raw.observe
+
+    def counting(agent: str) -> object:
+        calls["n"] += 1
+        return observe(agent)
+
+    raw.observe = counting
+    rng = np.random.default_rng(0)
+    steps = 0
+    for episode in range(3):
+        a, _ = ours.reset(seed=episode)
+        b, _ = theirs.reset(seed=episode)
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+        assert a["paddle_0"].shape == (36, 40, stack) and a["paddle_0"].dtype == np.uint8
+        while ours.agents:
+            actions = {agent: int(rng.integers(3)) for agent in ours.agents}
+            calls["n"] = 0
+            got, want = ours.step(actions), theirs.step(actions)
+            assert calls["n"] == len(actions)  # one render per agent (PettingZoo's own: two)
+            steps += 1
+            for x, y in zip(got, want):
+                assert x.keys() == y.keys()
+                for k in x:
+                    assert np.array_equal(np.asarray(x[k]), np.asarray(y[k]))
+        assert not theirs.agents
+    assert steps >= 40  # at least one episode ran to its cycle limit or a miss
+
+
 # -- CLI runs ------------------------------------------------------------------------------------
 
 

@@ -206,13 +206,27 @@ def _is_image(space: Any) -> bool:
 
 
 def apply(env: Any, settings: Mapping[str, Any], name: str = "env") -> Any:
-    """Wrap a PettingZoo Parallel env with the configured SuperSuit preprocessing."""
+    """Wrap a PettingZoo Parallel env with the configured SuperSuit preprocessing.
+
+    SuperSuit's per-frame wrappers (color reduction, resize, dtype, reshape) exist only in AEC
+    form; applied to a Parallel env, each one converts it to AEC and back, and every
+    ``aec_to_parallel`` layer observes each agent once more per step (the observation it reads
+    before every agent's action and discards). On cooperative_pong that rendered and resized the
+    280x480 screen many times per step. So when ``env`` is itself an ``aec_to_parallel`` of an
+    AEC env (every butterfly/sisl env built from PettingZoo's registry), the per-frame wrappers go
+    on that AEC env, stateless, and :class:`ParallelFromAEC` converts once; frame stacking, which
+    keeps state, stays at the Parallel level (SuperSuit's Parallel wrapper), so every agent's
+    stack holds the frames after each joint step: the observations are those of wrapping the
+    Parallel env, at a third to a half of the cost (``tests/test_marl_extra.py``)."""
     s = settings_of(settings)
     agent = env.possible_agents[0]
     space = env.observation_space(agent)
     image = _is_image(space) or (
         len(getattr(space, "shape", ()) or ()) == 3 and getattr(space, "dtype", None) == np.uint8
     )
+    aec = _aec_inside(env)
+    if aec is not None:
+        env = aec
     if is_active(s):
         import supersuit as ss
 
@@ -235,11 +249,16 @@ def apply(env: Any, settings: Mapping[str, Any], name: str = "env") -> Any:
             env = ss.dtype_v0(env, np.uint8 if s["dtype"] in (None, "uint8") else np.float32)
         elif s["dtype"]:
             env = ss.dtype_v0(env, np.dtype(s["dtype"]).type)
-        if s["frame_stack"] > 1:
-            env = ss.frame_stack_v1(env, int(s["frame_stack"]))
-        new_shape = tuple(env.observation_space(agent).shape)
-        if image and len(new_shape) == 2:
-            env = ss.reshape_v0(env, (*new_shape, 1))
+        frame_shape = tuple(env.observation_space(agent).shape)
+        if image and len(frame_shape) == 2 and s["frame_stack"] == 1:
+            # a single grayscale frame gets its channel axis back (stacking adds one itself)
+            env = ss.reshape_v0(env, (*frame_shape, 1))
+    if aec is not None:
+        env = ParallelFromAEC(env)
+    if is_active(s) and s["frame_stack"] > 1:
+        import supersuit as ss
+
+        env = ss.frame_stack_v1(env, int(s["frame_stack"]))
     state_space = getattr(env, "state_space", None)
     if (
         s["state_resize"]
@@ -250,6 +269,58 @@ def apply(env: Any, settings: Mapping[str, Any], name: str = "env") -> Any:
         env = DownsampledState(env, int(s["state_resize"][0]), int(s["state_resize"][1]))
     _expose_cycle_limit(env)
     return ReplaySnapshots(env)
+
+
+def _aec_inside(env: Any) -> Any:
+    """The AEC env of a plain ``aec_to_parallel`` conversion, else None."""
+    from pettingzoo.utils.conversions import aec_to_parallel_wrapper
+
+    return env.aec_env if type(env) in (aec_to_parallel_wrapper, ParallelFromAEC) else None
+
+
+def _converter_base() -> type:
+    from pettingzoo.utils.conversions import aec_to_parallel_wrapper
+
+    return aec_to_parallel_wrapper
+
+
+class ParallelFromAEC(_converter_base()):  # type: ignore[misc]
+    """PettingZoo's ``aec_to_parallel`` minus one discarded observation per agent and step.
+
+    Its ``step`` calls ``aec_env.last()`` before each agent's action and drops the observation
+    that call computes; for envs that render their observations (and for every per-frame
+    SuperSuit wrapper on them) that is a full extra render + preprocess per agent. Everything
+    else (the cycle checks, reward accumulation, dead-agent stepping, the returned dicts) is
+    PettingZoo's."""
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        from collections import defaultdict
+
+        aec = self.aec_env
+        rewards: dict[str, float] = defaultdict(int)
+        for agent in aec.agents:
+            if agent != aec.agent_selection:
+                if aec.terminations[agent] or aec.truncations[agent]:
+                    raise AssertionError(
+                        f"expected agent {agent} got termination or truncation agent {aec.agent_selection}: "
+                        "the Parallel API needs every agent's end at the end of a cycle"
+                    )
+                raise AssertionError(
+                    f"expected agent {agent} got agent {aec.agent_selection}: agents must step in a cycle"
+                )
+            aec.step(actions[agent])
+            # one lookup each through the wrapper stack (pistonball: 20 agents x 20 rewards a step)
+            step_rewards = aec.rewards
+            for other in aec.agents:
+                rewards[other] += step_rewards[other]
+        terminations = dict(**aec.terminations)
+        truncations = dict(**aec.truncations)
+        infos = dict(**aec.infos)
+        observations = {agent: aec.observe(agent) for agent in aec.agents}
+        while aec.agents and (aec.terminations[aec.agent_selection] or aec.truncations[aec.agent_selection]):
+            aec.step(None)
+        self.agents = aec.agents
+        return observations, rewards, terminations, truncations, infos
 
 
 def _expose_cycle_limit(env: Any) -> None:
@@ -277,7 +348,5 @@ def _build(factory: Callable[..., Any], settings: dict[str, Any], name: str, **k
     from pettingzoo import AECEnv
 
     if isinstance(env, AECEnv):
-        from pettingzoo.utils.conversions import aec_to_parallel
-
-        env = aec_to_parallel(env)
+        env = ParallelFromAEC(env)
     return apply(env, settings, name)
