@@ -14,6 +14,11 @@ mean per-agent episode return on the env's own reward scale) on the same seeds
 ``python -m benchmarks.marl_extra refs`` writes ``results/marl_extra/references.json``;
 ``python -m benchmarks.marl_extra eval RUN_DIR [episodes]`` evaluates a trained run (with the
 displacement for multiwalker) and prints one JSON line.
+``python -m benchmarks.marl_extra speed [env ...]`` measures env steps/s of one env with its tuned
+preprocessing, built two ways in the same run on the same seeds and actions: SuperSuit's wrappers
+on PettingZoo's Parallel env (what the SuperSuit docs show, and what this framework did before)
+against :func:`grpo_marl.marl.preprocess.apply` (per-frame wrappers on the AEC env, one lean
+conversion), plus the bare Parallel env without preprocessing.
 """
 
 from __future__ import annotations
@@ -202,8 +207,64 @@ def evaluate_run(run_dir: str, episodes: int = 8) -> dict[str, Any]:
     return row
 
 
+def env_speed(names: list[str] | None = None, seconds: float = 20.0) -> list[dict[str, Any]]:
+    """Env steps/s of ``names`` (default: the two image envs), three ways (module docstring)."""
+    import warnings
+
+    import supersuit as ss
+
+    import envs.multiagent as registered
+    from grpo_marl.marl import preprocess
+    from grpo_marl.marl.envs import make_parallel_env
+
+    warnings.filterwarnings("ignore", message=".*without specifying any render mode.*")
+    rows = []
+    for name in names or ["cooperative_pong", "pistonball"]:
+        settings = preprocess.settings_of(registered.TUNED[name]["common"]["env_preprocess"])
+
+        def supersuit_on_parallel(name: str = name, s: dict[str, Any] = settings) -> Any:
+            env = make_parallel_env(name)
+            env = ss.color_reduction_v0(env, s["color_reduction"])
+            env = ss.dtype_v0(ss.resize_v1(env, *s["resize"], linear_interp=True), np.uint8)
+            return ss.frame_stack_v1(env, s["frame_stack"]) if s["frame_stack"] > 1 else env
+
+        builders = {
+            "bare parallel env (no preprocessing)": lambda name=name: make_parallel_env(name),
+            "SuperSuit on the Parallel env": supersuit_on_parallel,
+            "grpo_marl preprocess.apply": lambda name=name, s=settings: preprocess.apply(make_parallel_env(name), s),
+        }
+        row: dict[str, Any] = {"env": name, "preprocess": settings, "seconds_each": seconds}
+        for label, build in builders.items():
+            env = build()
+            rng = np.random.default_rng(0)
+            env.reset(seed=0)
+            steps, episodes, start = 0, 0, time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                actions = {}
+                for a in env.agents:
+                    space = env.action_space(a)
+                    actions[a] = (
+                        int(rng.integers(space.n))
+                        if hasattr(space, "n")
+                        else rng.uniform(space.low, space.high).astype(space.dtype)
+                    )
+                env.step(actions)
+                steps += 1
+                if not env.agents:
+                    episodes += 1
+                    env.reset(seed=episodes)
+            row[label] = round(steps / (time.perf_counter() - start), 1)
+            env.close()
+        row["speedup"] = round(row["grpo_marl preprocess.apply"] / row["SuperSuit on the Parallel env"], 2)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "refs":
         references(sys.argv[2:] or None)
+    elif sys.argv[1] == "speed":
+        env_speed(sys.argv[2:] or None)
     else:
         evaluate_run(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 8)

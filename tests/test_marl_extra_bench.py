@@ -80,3 +80,15 @@ def test_marl_extra_smoke_one_row_per_algo(tmp_path: Path, monkeypatch: pytest.M
     for algo in ALGOS:
         r = results["rows"][f"knights_archers_zombies/{algo}"]
         assert r["seeds"] == [1] and r["threshold"] is None and r["per_seed"]["1"]["env_steps"] >= 256
+
+
+def test_env_speed_measures_the_three_builds() -> None:
+    """``python -m benchmarks.marl_extra speed`` reports steps/s of the bare env, SuperSuit on the
+    Parallel env and ``preprocess.apply``, measured in one run (the ratio is the speedup)."""
+    from benchmarks.marl_extra import env_speed
+
+    (row,) = env_speed(["cooperative_pong"], seconds=0.3)
+    labels = ["bare parallel env (no preprocessing)", "SuperSuit on the Parallel env", "grpo_marl preprocess.apply"]
+    assert all(row[k] > 0 for k in labels)
+    assert row["speedup"] == round(row[labels[2]] / row[labels[1]], 2)
+    assert row["preprocess"]["frame_stack"] == 4 and row["preprocess"]["resize"] == [48, 48]
