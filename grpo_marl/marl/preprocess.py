@@ -2,14 +2,18 @@
 optional packages of the butterfly/sisl families.
 
 ``env_preprocess`` (config section; the shipped image envs set it in their tuned defaults,
-``envs/multiagent.py``) is applied to every env the factory builds, in this order, with
-SuperSuit's own wrappers (not copies of them):
+``envs/multiagent.py``) is applied to every env the factory builds with SuperSuit's own wrappers
+(not copies of them):
 
 * ``color_reduction``: ``null`` | ``full`` (grayscale) | ``R`` | ``G`` | ``B`` -> ``color_reduction_v0``
 * ``resize``: ``null`` | ``[width, height]`` -> ``resize_v1`` (bilinear)
+* ``dtype``: ``null`` (image envs stay ``uint8``) | ``uint8`` | ``float32`` -> ``dtype_v0``
 * ``frame_stack``: ``N`` last observations stacked on the channel axis (1 = off) -> ``frame_stack_v1``
   (a single grayscale frame gets its channel axis back with ``reshape_v0``)
-* ``dtype``: ``null`` (image envs stay ``uint8``) | ``uint8`` | ``float32`` -> ``dtype_v0``
+
+The per-frame ones (the first three, and the reshape) go on the AEC env inside PettingZoo's
+``aec_to_parallel`` and :class:`ParallelFromAEC` converts once; frame stacking follows on the
+Parallel env (why, and what it saves: :func:`apply`).
 
 ``state_resize`` (``[width, height]``): envs whose ``env.state()`` is an image (the butterfly
 screen) get it grayscaled and resized with SuperSuit's transforms, scaled to [0, 1] and flattened
@@ -217,7 +221,8 @@ def apply(env: Any, settings: Mapping[str, Any], name: str = "env") -> Any:
     on that AEC env, stateless, and :class:`ParallelFromAEC` converts once; frame stacking, which
     keeps state, stays at the Parallel level (SuperSuit's Parallel wrapper), so every agent's
     stack holds the frames after each joint step: the observations are those of wrapping the
-    Parallel env, at a third to a half of the cost (``tests/test_marl_extra.py``)."""
+    Parallel env (``tests/test_image_envs.py``) in about 0.5-0.6 of the time per step
+(``python -m benchmarks.marl_extra speed``)."""
     s = settings_of(settings)
     agent = env.possible_agents[0]
     space = env.observation_space(agent)
