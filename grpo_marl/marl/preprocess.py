@@ -212,17 +212,17 @@ def _is_image(space: Any) -> bool:
 def apply(env: Any, settings: Mapping[str, Any], name: str = "env") -> Any:
     """Wrap a PettingZoo Parallel env with the configured SuperSuit preprocessing.
 
-    SuperSuit's per-frame wrappers (color reduction, resize, dtype, reshape) exist only in AEC
-    form; applied to a Parallel env, each one converts it to AEC and back, and every
-    ``aec_to_parallel`` layer observes each agent once more per step (the observation it reads
-    before every agent's action and discards). On cooperative_pong that rendered and resized the
-    280x480 screen many times per step. So when ``env`` is itself an ``aec_to_parallel`` of an
-    AEC env (every butterfly/sisl env built from PettingZoo's registry), the per-frame wrappers go
-    on that AEC env, stateless, and :class:`ParallelFromAEC` converts once; frame stacking, which
-    keeps state, stays at the Parallel level (SuperSuit's Parallel wrapper), so every agent's
-    stack holds the frames after each joint step: the observations are those of wrapping the
-    Parallel env (``tests/test_image_envs.py``) in about 0.5-0.6 of the time per step
-(``python -m benchmarks.marl_extra speed``)."""
+        SuperSuit's per-frame wrappers (color reduction, resize, dtype, reshape) exist only in AEC
+        form; applied to a Parallel env, each one converts it to AEC and back, and every
+        ``aec_to_parallel`` layer observes each agent once more per step (the observation it reads
+        before every agent's action and discards). On cooperative_pong that rendered and resized the
+        280x480 screen many times per step. So when ``env`` is itself an ``aec_to_parallel`` of an
+        AEC env (every butterfly/sisl env built from PettingZoo's registry), the per-frame wrappers go
+        on that AEC env, stateless, and :class:`ParallelFromAEC` converts once; frame stacking, which
+        keeps state, stays at the Parallel level (SuperSuit's Parallel wrapper), so every agent's
+        stack holds the frames after each joint step: the observations are those of wrapping the
+        Parallel env (``tests/test_image_envs.py``) in about 0.5-0.6 of the time per step
+    (``python -m benchmarks.marl_extra speed``)."""
     s = settings_of(settings)
     agent = env.possible_agents[0]
     space = env.observation_space(agent)
