@@ -102,6 +102,8 @@ def _per_seed(run: dict[str, Any], threshold: float | None, metric: str = "eval/
     }
     if has_train:
         out["train_time_to_threshold_s"] = train_thr
+    if s and s.get("peak_rss_mb") is not None:  # runs whose trainer reports it (summary.json)
+        out["peak_rss_mb"] = float(s["peak_rss_mb"])
     throughput = {k[len(THROUGHPUT) :]: v for k, v in (s or {}).items() if k.startswith(THROUGHPUT)}
     if throughput:  # only runs that measure it (text), so other suites' results stay as they were
         out["throughput"] = throughput
@@ -155,6 +157,9 @@ def aggregate(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]]) ->
                 "sps_median": float(np.median(sps)) if sps else None,
                 "finished": sum(p["finished"] for p in per.values()),
             }
+            rss = [p["peak_rss_mb"] for p in per.values() if "peak_rss_mb" in p]
+            if rss:
+                row["peak_rss_mb_max"] = float(max(rss))
             if all("train_time_to_threshold_s" in p for p in per.values()):
                 row["train_time_to_threshold_s"] = _median_range([p["train_time_to_threshold_s"] for p in per.values()])
             throughput = _throughput_medians([p.get("throughput") for p in per.values()])
@@ -296,6 +301,7 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
     unit, n_eval, one = suite.step_unit, suite.eval_episodes, suite.eval_unit.rstrip("s")
     # only when every row measured it (the TRL peer of the text suites does not split its clock)
     with_train = bool(agg["rows"]) and all("train_time_to_threshold_s" in r for r in agg["rows"].values())
+    with_rss = any(r.get("peak_rss_mb_max") is not None for r in agg["rows"].values())
     # Final evaluations whose size (eval.final_episodes, read from the runs) differs from the periodic.
     final_sizes = "".join(
         f"; final evaluation of {e.label}: {'/'.join(map(str, sizes))} {suite.eval_unit}"
@@ -317,12 +323,14 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
         )
         + ". Final eval: mean over seeds of the final "
         f"{n_eval}-{one} greedy mean, +- std over seeds [min-max]{final_sizes}. "
-        f"Steps/s: {unit} / wall seconds of the whole run (median over seeds).",
+        f"Steps/s: {unit} / wall seconds of the whole run (median over seeds)."
+        + (" Peak RSS: the largest over seeds of a run's peak resident memory." if with_rss else ""),
         "",
         f"| env | algo | threshold | {unit} to threshold | wall s to threshold | "
         + ("training s to threshold | " if with_train else "")
-        + f"final greedy {_metric_word(suite)} | steps/s |",
-        "|---|---|---|---|---|---|---|" + ("---|" if with_train else ""),
+        + f"final greedy {_metric_word(suite)} | steps/s |"
+        + (" peak RSS MB |" if with_rss else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if with_train else "") + ("---|" if with_rss else ""),
     ]
     digits = {e.env: e.metric_digits for e in suite.envs}
     keys = {e.env: metric_key(e.metric) for e in suite.envs}
@@ -345,7 +353,7 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
         time_cell += f" | {train_cell}" if with_train else ""
         lines.append(
             f"| {r['label']} | {r['algo']}{unfinished} | {thr} | {steps_cell} | {time_cell} | {final} | "
-            f"{_fmt_sig(r['sps_median'])} |"
+            f"{_fmt_sig(r['sps_median'])} |" + (f" {_fmt_num(r.get('peak_rss_mb_max'))} |" if with_rss else "")
         )
     lines += _throughput_table(agg)
     lines += [

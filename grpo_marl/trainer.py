@@ -56,6 +56,16 @@ def lr_factor(schedule: str, progress: float) -> float:
     return 1.0
 
 
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process and of its finished children (worker processes of
+    the vector env), in MB: what a run needs of the machine, reported in every summary."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) / 1024.0  # KiB on Linux
+
+
 class Trainer:
     """Train one configured run; ``fit()`` returns the summary written to ``summary.json``."""
 
@@ -371,6 +381,7 @@ class Trainer:
             "time_to_threshold_s": self.time_to_threshold,
             "eval_seconds": self.eval_seconds,
             "train_time_to_threshold_s": self.train_time_to_threshold,
+            "peak_rss_mb": peak_rss_mb(),
             "world_size": self.ctx.world_size,
             **self.task.summary_extra(),
             **artifacts,

@@ -44,10 +44,13 @@ def test_smoke_run_writes_table_results_and_plots(tmp_path: Path) -> None:
     # the trainer times its evaluations, so the table has a training-clock column (cells[5])
     assert "training s to threshold" in table and "training-clock ratio" in table
     assert cells[2] == "475.0" and "+-" in cells[6] and cells[7].replace(",", "").isdigit()
+    # every run's summary.json reports its peak RSS; the table shows the largest over seeds
+    assert "peak RSS MB" in table and 50 < float(cells[8].replace(",", "")) < 24_000
 
     results = json.loads((out / "results.json").read_text())
     r = results["rows"]["cartpole/ppo"]
     assert r["seeds"] == [1] and r["per_seed"]["1"]["env_steps"] == 2048 and r["sps_median"] > 0
+    assert r["peak_rss_mb_max"] == r["per_seed"]["1"]["peak_rss_mb"]
     assert r["steps_to_threshold"]["n"] == 1
     (run,) = results["runs"]
     # smoke: eval every 1024 steps over 2048 -> two periodic evaluations with wall-clock stamps

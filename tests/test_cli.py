@@ -109,6 +109,8 @@ def test_summary_json(smoke_run) -> None:
     assert summary["eval/episodes"] >= 20
     assert 9 <= summary["eval/return_mean"] <= 500 and summary["eval/return_std"] >= 0
     assert summary["wall_seconds"] > 0
+    # the run's own peak resident memory: torch alone holds more than 50 MB; this run far less than 24 GB
+    assert 50 < summary["peak_rss_mb"] < 24_000
     assert summary["status"] == "completed"
     assert summary["steps_to_threshold"] is None and summary["time_to_threshold_s"] is None  # 4k steps
     final = records(run_dir)[-1]
