@@ -7,28 +7,27 @@ per-agent episode returns on the env's own scale; there is no solve threshold, s
 compares final greedy returns. The random / scripted references are not training runs:
 ``python -m benchmarks.marl_extra refs`` measures them (``results/marl_extra/README.md``).
 
-Budgets are sized for this 2-core CPU, roughly 5-10 minutes of wall clock per run (one torch
-thread, evaluations included), *not* for the issue's targets (multiwalker's PPO reference took 6M
-steps). Training steps/s measured 2026-12-03 with short runs of the tuned configs (``nice -n 19``,
-load average 3-5 from other benchmarks on the 2 cores; a free machine is faster):
+Budgets are sized for this 2-core CPU, roughly 3-7 minutes of wall clock per run (one torch
+thread, evaluations included, two jobs on the two cores), *not* for the issue's targets
+(multiwalker's PPO reference took 6M steps). Whole-run steps/s measured by this suite on
+2026-12-03 (medians of 3 seeds, ``--jobs 2``; the image envs after the preprocessing change of
+:func:`grpo_marl.marl.preprocess.apply`, before it in parentheses, from short runs under load):
 
-================================  ======  ======  ======  =================
-env                               GRPO    MAPPO   IPPO    budget (each)
-================================  ======  ======  ======  =================
-knights_archers_zombies (vector)  184     163     169     60,000 steps
-multiwalker                       230     238     231     90,000 steps
-cooperative_pong (48x48x4 CNN)    37      28      38      12,000 steps
-pistonball (48x48x3 CNN, 20 ag.)  6.0     < 4.5   n/m     2,000 steps
-================================  ======  ======  ======  =================
+================================  =============  ============  ============  =================
+env                               GRPO           MAPPO         IPPO          budget (each)
+================================  =============  ============  ============  =================
+knights_archers_zombies (vector)  342            250           401           60,000 steps
+multiwalker                       472            374           474           90,000 steps
+cooperative_pong (48x48x4 CNN)    122 (37)       69 (28)       84 (38)       20,000 steps
+pistonball (48x48x3 CNN, 20 ag.)  15 (6.0)       8.4 (< 4.5)   10 (n/m)      3,000 steps
+================================  =============  ============  ============  =================
 
-(cooperative_pong / pistonball GRPO measured with fewer envs per update than tuned; their cost is
-the env's rendering per step, so steps/s barely depends on it. Pistonball MAPPO did not finish its
-first 500-step update in ~100 s (load average 6 by then); IPPO was not measured (n/m), assumed as
-MAPPO. Pistonball evaluations are costly too: 8 greedy episodes = 1,000 env steps, ~1.5 min.) Multiwalker's rate is early-training
-(short episodes); under the heavier load of ``results/marl_extra/README.md`` it was 30-40 steps/s.
+The image envs' cost is the env's own rendering per agent and step plus the CNN updates
+(pistonball: 20 agents x 1,000 env steps = 20,000 samples per GRPO update, about half its wall
+clock); periodic evaluations are 8 greedy episodes (pistonball: 8 x 125 env steps, ~25 s).
 ``--smoke`` keeps the tuned batch sizes (a suite has no smoke-only overrides), so a smoke job still
 collects one full update: ~20-40 s per job on KAZ (GRPO: 16 episodes, ~3k steps) and multiwalker,
-~1 min on cooperative_pong, but ~2-3 min on pistonball (GRPO: 8 episodes = 1,000 steps at 6/s).
+under a minute on cooperative_pong, ~1-2 min on pistonball (GRPO: 8 episodes = 1,000 steps).
 """
 
 import benchmarks.suites.marl  # noqa: F401  (registers the mappo / ippo runners)
@@ -62,9 +61,9 @@ register_suite(
             EnvEntry(
                 "cooperative_pong",
                 "butterfly cooperative_pong_v6 (48x48x4 grayscale, CNN)",
-                eval_every=4_000,
+                eval_every=5_000,
                 final_episodes=8,
-                total_steps={"grpo": 12_000, "mappo": 12_000, "ippo": 12_000},
+                total_steps={"grpo": 20_000, "mappo": 20_000, "ippo": 20_000},
                 smoke_steps=512,
                 smoke_eval_every=512,
                 metric_digits=2,
@@ -72,9 +71,9 @@ register_suite(
             EnvEntry(
                 "pistonball",
                 "butterfly pistonball_v6 (20 pistons, 125 cycles, 48x48x3 grayscale, CNN)",
-                eval_every=1_000,
+                eval_every=1_500,
                 final_episodes=4,
-                total_steps={"grpo": 2_000, "mappo": 2_000, "ippo": 2_000},
+                total_steps={"grpo": 3_000, "mappo": 3_000, "ippo": 3_000},
                 smoke_steps=500,
                 smoke_eval_every=500,
                 metric_digits=2,
