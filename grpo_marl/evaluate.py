@@ -3,7 +3,10 @@
 Rebuilds the run's task from its saved ``config.yaml``, loads the policy from the last checkpoint
 and runs greedy episodes (the same evaluation as the end of training, on fresh seeds unless
 ``seed_offset`` says otherwise). ``video=true`` renders episodes of Gymnasium and PettingZoo envs
-(``render_mode="rgb_array"``) to animated GIFs (Pillow only, no codec needed) in ``DIR/videos``. Results go to stdout and ``DIR/eval.json``.
+(``render_mode="rgb_array"``) to animated GIFs (Pillow only, no codec needed) in ``DIR/videos``,
+acting as the evaluation does (``deterministic=false`` samples actions in both: a Gaussian policy
+whose learned behaviour relies on actions clipped at the bounds can act quite differently from its
+mean). Results go to stdout and ``DIR/eval.json``.
 """
 
 from __future__ import annotations
@@ -48,8 +51,13 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Any, Any, Any]:
     return cfg, task, ckpt
 
 
+def _greedy(cfg: Any) -> bool:
+    return bool(cfg.eval.get("deterministic", True))
+
+
 def record_gifs(cfg: Any, task: Any, out_dir: Path, episodes: int, seed: int) -> list[Path]:
-    """Render greedy episodes of a Gymnasium or PettingZoo env to GIFs."""
+    """Render episodes of a Gymnasium or PettingZoo env to GIFs, greedy unless
+    ``cfg.eval.deterministic`` is false."""
     from PIL import Image
 
     from grpo_marl.registry import get_spec
@@ -70,7 +78,7 @@ def record_gifs(cfg: Any, task: Any, out_dir: Path, episodes: int, seed: int) ->
         while not done:
             with torch.no_grad():
                 action, _ = task.policy.act(
-                    torch.as_tensor(np.asarray(obs)[None], device=task.device), deterministic=True
+                    torch.as_tensor(np.asarray(obs)[None], device=task.device), deterministic=_greedy(cfg)
                 )
             obs, reward, terminated, truncated, _ = env.step(task.policy.to_env(action)[0])
             total += float(reward)
@@ -112,7 +120,9 @@ def _record_pettingzoo_gifs(cfg: Any, task: Any, out_dir: Path, episodes: int, s
                 break
             mask = None if step.action_mask is None else torch.as_tensor(step.action_mask, device=task.device)
             with torch.no_grad():
-                action, _ = task.policy.act(torch.as_tensor(step.obs, device=task.device), mask, deterministic=True)
+                action, _ = task.policy.act(
+                    torch.as_tensor(step.obs, device=task.device), mask, deterministic=_greedy(cfg)
+                )
             step = driver.step(task.policy.to_env(action))
             total += step.rewards[0]
             frames.append(np.asarray(driver.envs[0].render()))
