@@ -316,6 +316,14 @@ def test_multiagent_video(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     gifs = list((run / "videos").glob("*.gif"))
     assert gifs and gifs[0].stat().st_size > 1000
+    greedy = gifs[0].read_bytes()
+    # deterministic=false samples actions in the recorded episode too (it used to stay greedy)
+    for gif in gifs:
+        gif.unlink()
+    proc = _run(["-m", "grpo_marl.evaluate", f"run={run}", "video=true", "episodes=1", "deterministic=false"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (sampled,) = list((run / "videos").glob("*.gif"))
+    assert sampled.read_bytes() != greedy
     bad = _run(["-m", "grpo_marl.evaluate", f"run={run}", "video=maybe"])
     assert bad.returncode == 2
 
