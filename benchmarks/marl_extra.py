@@ -207,6 +207,19 @@ def evaluate_run(run_dir: str, episodes: int = 8) -> dict[str, Any]:
     return row
 
 
+def random_joint_action(env: Any, rng: np.random.Generator) -> dict[str, Any]:
+    """A uniform random action for every live agent of a Parallel env (Discrete or Box), drawn
+    from ``rng`` so that two builds of one env given the same generator take the same actions."""
+    actions: dict[str, Any] = {}
+    for agent in env.agents:
+        space = env.action_space(agent)
+        if hasattr(space, "n"):
+            actions[agent] = int(rng.integers(space.n))
+        else:
+            actions[agent] = rng.uniform(space.low, space.high).astype(space.dtype)
+    return actions
+
+
 def env_speed(names: list[str] | None = None, seconds: float = 20.0) -> list[dict[str, Any]]:
     """Env steps/s of ``names`` (default: the two image envs), three ways (module docstring)."""
     import warnings
@@ -220,13 +233,23 @@ def env_speed(names: list[str] | None = None, seconds: float = 20.0) -> list[dic
     warnings.filterwarnings("ignore", message=".*without specifying any render mode.*")
     rows = []
     for name in names or ["cooperative_pong", "pistonball"]:
-        settings = preprocess.settings_of(registered.TUNED[name]["common"]["env_preprocess"])
+        section = registered.TUNED.get(name, {}).get("common", {}).get("env_preprocess")
+        if section is None:
+            with_preprocessing = sorted(
+                k for k, v in registered.TUNED.items() if "env_preprocess" in v.get("common", {})
+            )
+            raise SystemExit(
+                f"speed: {name!r} has no tuned env_preprocess to compare; choose from {with_preprocessing}"
+            )
+        settings = preprocess.settings_of(section)
 
         def supersuit_on_parallel(name: str = name, s: dict[str, Any] = settings) -> Any:
             env = make_parallel_env(name)
             env = ss.color_reduction_v0(env, s["color_reduction"])
             env = ss.dtype_v0(ss.resize_v1(env, *s["resize"], linear_interp=True), np.uint8)
-            return ss.frame_stack_v1(env, s["frame_stack"]) if s["frame_stack"] > 1 else env
+            if s["frame_stack"] > 1:
+                return ss.frame_stack_v1(env, s["frame_stack"])
+            return ss.reshape_v0(env, (*env.observation_space(env.possible_agents[0]).shape, 1))  # as apply()
 
         builders = {
             "bare parallel env (no preprocessing)": lambda name=name: make_parallel_env(name),
@@ -240,15 +263,7 @@ def env_speed(names: list[str] | None = None, seconds: float = 20.0) -> list[dic
             env.reset(seed=0)
             steps, episodes, start = 0, 0, time.perf_counter()
             while time.perf_counter() - start < seconds:
-                actions = {}
-                for a in env.agents:
-                    space = env.action_space(a)
-                    actions[a] = (
-                        int(rng.integers(space.n))
-                        if hasattr(space, "n")
-                        else rng.uniform(space.low, space.high).astype(space.dtype)
-                    )
-                env.step(actions)
+                env.step(random_joint_action(env, rng))
                 steps += 1
                 if not env.agents:
                     episodes += 1

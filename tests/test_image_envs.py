@@ -193,6 +193,7 @@ def test_lean_conversion_equals_pettingzoos_parallel_env(name: str) -> None:
     pytest.importorskip("pymunk")
     if name == "multiwalker":
         pytest.importorskip("Box2D")
+    from benchmarks.marl_extra import random_joint_action
     from grpo_marl.marl import preprocess
     from grpo_marl.marl.envs import make_parallel_env
 
@@ -210,14 +211,7 @@ def test_lean_conversion_equals_pettingzoos_parallel_env(name: str) -> None:
         b, _ = theirs.reset(seed=10 + episode)
         assert all(np.array_equal(a[k], b[k]) for k in b)
         while theirs.agents:
-            actions = {}
-            for agent in theirs.agents:
-                space = theirs.action_space(agent)
-                actions[agent] = (
-                    int(rng.integers(space.n))
-                    if hasattr(space, "n")
-                    else rng.uniform(space.low, space.high).astype(np.float32)
-                )
+            actions = random_joint_action(theirs, rng)
             for x, y in zip(ours.step(actions), theirs.step(actions)):
                 assert x.keys() == y.keys()
                 for k in x:

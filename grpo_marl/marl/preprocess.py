@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -299,8 +300,6 @@ class ParallelFromAEC(_converter_base()):  # type: ignore[misc]
     PettingZoo's."""
 
     def step(self, actions: dict[str, Any]) -> Any:
-        from collections import defaultdict
-
         aec = self.aec_env
         rewards: dict[str, float] = defaultdict(int)
         for agent in aec.agents:
