@@ -43,9 +43,10 @@ def score(policy: ActorPolicy, batch: Batch) -> torch.Tensor:
     return logp.detach()
 
 
+@pytest.mark.parametrize("host", [True, False], ids=["numpy-actor", "torch-actor"])
 @pytest.mark.parametrize("env", ["cartpole", "pendulum"])
-def test_batch_shapes_and_masks(env: str) -> None:
-    collector, policy = make_collector(env)
+def test_batch_shapes_and_masks(env: str, host: bool) -> None:
+    collector, policy = make_collector(env, host=host)
     batch = collector.collect(policy)
     b = NG * G
     t = batch.mask.shape[1]

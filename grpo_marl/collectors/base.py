@@ -95,6 +95,9 @@ class Collector:
         self.vec = vec
         self.device = torch.device(device)
         self.rng = np.random.default_rng(seed)
+        # the noise of actions sampled on the host (grpo_marl/policies/host.py): its own stream,
+        # so the reset seeds drawn from ``rng`` do not depend on how many actions were sampled
+        self.action_rng = np.random.default_rng([seed, 1])
         self.env_name = env_name
         self.total_env_steps = 0
         self.env_seeds = np.full(vec.num_envs, -1, dtype=np.int64)  # reset seed of each env's episode
@@ -147,12 +150,15 @@ class Collector:
     def state_dict(self) -> dict[str, Any]:
         return {
             "rng": self.rng.bit_generator.state,
+            "action_rng": self.action_rng.bit_generator.state,
             "total_env_steps": self.total_env_steps,
             "env_seeds": self.env_seeds.copy(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.bit_generator.state = state["rng"]
+        if "action_rng" in state:  # checkpoints written before host sampling existed lack it
+            self.action_rng.bit_generator.state = state["action_rng"]
         self.total_env_steps = int(state["total_env_steps"])
         self.env_seeds = np.asarray(state["env_seeds"], dtype=np.int64).copy()
 

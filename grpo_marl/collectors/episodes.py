@@ -54,8 +54,12 @@ class EpisodeCollector(Collector):
         branch_horizon: int = 0,
         state_reset_frac: float = 0.25,
         env_name: str = "env",
+        host: bool = True,
     ) -> None:
         super().__init__(vec, device, seed, env_name)
+        # sample with the policy's numpy actor when it has one (MLP actors on the CPU): ~4x
+        # cheaper per vector step than a torch call on a few dozen rows (grpo_marl/policies/host.py)
+        self.host = host
         if mode not in GROUP_MODES:
             raise UserInputError(f"algo.group_mode={mode!r} is not valid; choose one of {', '.join(GROUP_MODES)}")
         if mode in ("agent", "seed_agent") and vec.layout.num_agents == 1:
@@ -124,6 +128,8 @@ class EpisodeCollector(Collector):
         if self._storage is None:
             self._storage = Storage(min(self.horizon, self.max_steps or 64), self.vec, policy, self.device)
         st = self._storage
+        make_host = getattr(policy, "host_actor", None) if self.host and self.device.type == "cpu" else None
+        host = make_host() if make_host is not None else None
         step, t0, from_reset = self._start()
         n_env, g = self.vec.num_envs, self.group_size
         snap_at = np.full(n_env, -1, dtype=np.int64)
@@ -144,15 +150,25 @@ class EpisodeCollector(Collector):
                         new_archive.append(Archived(snap, int(t0[e] + t), step.rows([e])))
             if t == st.capacity:
                 st.grow()
-            obs_t, actions, logp, _ = self.act(policy, step)
-            st.obs[t] = obs_t
-            st.actions[t] = actions
-            st.logp[t] = logp
+            if host is not None:  # CPU storage: write through numpy views of its tensors
+                actions_np, logp_np = host.sample(
+                    step.obs, step.action_mask if self.has_mask else None, self.action_rng
+                )
+                st.obs.numpy()[t] = step.obs
+                st.actions.numpy()[t] = actions_np
+                st.logp.numpy()[t] = logp_np
+                env_actions = host.to_env(actions_np)
+            else:
+                obs_t, actions, logp, _ = self.act(policy, step)
+                st.obs[t] = obs_t
+                st.actions[t] = actions
+                st.logp[t] = logp
+                env_actions = policy.to_env(actions)
             st.alive[t] = alive
             if st.action_mask is not None and step.action_mask is not None:
                 st.action_mask[t] = step.action_mask
             env_steps += int((~step.env_done).sum())
-            step = self.vec.step(policy.to_env(actions))
+            step = self.vec.step(env_actions)
             self.check(step, "step")
             st.rewards[t] = step.rewards
             alive = alive & step.alive

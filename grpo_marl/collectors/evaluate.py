@@ -45,7 +45,7 @@ def evaluate_policy(
     return ``eval/...`` metrics: the mean per-agent episode return and its spread over episodes,
     plus per-group and per-agent means for multi-agent envs.
 
-    Greedy evaluations of a policy that offers ``host_greedy()`` (an MLP actor on the CPU) run it
+    Greedy evaluations of a policy that offers ``host_actor()`` (an MLP actor on the CPU) run it
     as numpy, several times cheaper per step than a torch call on a few dozen rows
     (:mod:`grpo_marl.policies.host`); ``host=False`` keeps them in torch."""
     if len(seeds) != vec.num_envs:
@@ -55,14 +55,14 @@ def evaluate_policy(
     returns = np.zeros((n, a), dtype=np.float64)
     lengths = np.zeros(n, dtype=np.int64)
     cap = max_steps or vec.max_episode_steps or 100_000
-    make_host = getattr(policy, "host_greedy", None) if deterministic and host else None
-    greedy = make_host() if make_host is not None else None
+    make_host = getattr(policy, "host_actor", None) if deterministic and host else None
+    host_actor = make_host() if make_host is not None else None
     for _ in range(cap):
         if step.env_done.all():
             break
-        if greedy is not None:
+        if host_actor is not None:
             lengths += ~step.env_done
-            step = vec.step(greedy(step.obs, step.action_mask))
+            step = vec.step(host_actor.greedy(step.obs, step.action_mask))
             returns += step.rewards
             continue
         mask = None if step.action_mask is None else torch.as_tensor(step.action_mask, device=device)

@@ -30,7 +30,7 @@ from grpo_marl.errors import UnsupportedSpaceError, UserInputError
 from grpo_marl.groups import AgentGroups
 
 if TYPE_CHECKING:
-    from grpo_marl.policies.host import HostGreedy
+    from grpo_marl.policies.host import HostActor
 
 _LOG_2PI = math.log(2 * math.pi)
 
@@ -394,12 +394,12 @@ class ActorPolicy(nn.Module):
             ent = ent.index_put((rows,), e)
         return logp, ent
 
-    def host_greedy(self) -> HostGreedy | None:
-        """A numpy snapshot of the current greedy policy for the evaluation loop, or ``None``
-        where it does not apply (see :mod:`grpo_marl.policies.host`)."""
-        from grpo_marl.policies.host import HostGreedy
+    def host_actor(self) -> HostActor | None:
+        """A numpy snapshot of the current actors for the hot loops (greedy evaluation, GRPO's
+        episode collection), or ``None`` where it does not apply (see :mod:`grpo_marl.policies.host`)."""
+        from grpo_marl.policies.host import HostActor
 
-        return HostGreedy.from_policy(self)
+        return HostActor.from_policy(self)
 
     def to_env(self, actions: Tensor) -> np.ndarray:
         """Actions as the vector env takes them (Box actions clipped to each agent's bounds; the
