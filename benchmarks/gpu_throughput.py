@@ -106,10 +106,10 @@ CASES: list[Case] = [
     Case(
         "pendulum_sync",
         "gymnasium",
-        # 128 groups x 8 = 1024 Pendulum envs stepped in one process (200 steps per episode).
+        # 128 groups x 8 = 1024 Pendulum envs in the batched numpy port (200 steps per episode).
         ["env=pendulum", "algo.num_groups=128", "algo.group_size=8", "total_steps=1000000", "eval.episodes=16"],
         ["env=pendulum", "algo.num_groups=2", "algo.group_size=2", "total_steps=800", "eval.episodes=2"],
-        "1024 envs, SyncVectorEnv",
+        "1024 envs, batched numpy port",
     ),
     Case(
         "acrobot_async",
@@ -137,7 +137,7 @@ CASES: list[Case] = [
     Case(
         "simple_spread",
         "pettingzoo",
-        # 64 groups x 8 = 512 mpe2 envs (3 agents, 25 steps) over worker processes (auto count).
+        # 64 groups x 8 = 512 simple_spread envs (3 agents, 25 steps) in the batched numpy MPE port.
         ["env=simple_spread", "algo.num_groups=64", "algo.group_size=8", "total_steps=150000", "eval.episodes=16"],
         [
             "env=simple_spread",
@@ -147,7 +147,7 @@ CASES: list[Case] = [
             "eval.episodes=2",
             "marl.num_workers=0",
         ],
-        "512 envs x 3 agents, multi-process lock-step",
+        "512 envs x 3 agents, batched numpy MPE",
     ),
     Case(
         "text_qwen2_0.5b_bf16",

@@ -121,3 +121,41 @@ register_suite(
         step_unit="completions",
     )
 )
+
+#: One GPU (``device=cuda``): float32 master weights with bf16 autocast on both sides (TRL's
+#: ``bf16=True``; pure bf16 weights would round lr-1e-5 Adam steps away), 16 prompts x 16
+#: completions per update (4x the CPU batch), the same model, chat prompts, completion length
+#: and learning rate. TRL runs once, with gradient checkpointing off: on a GPU with memory to
+#: spare, recomputing activations only costs time.
+_GPU = ["device=cuda", "model.dtype=float32", "autocast=bf16", "algo.num_groups=16", "algo.group_size=16"]
+register_suite(
+    Suite(
+        name="text_chat_gpu",
+        description=(
+            "text_chat on one GPU: SmolLM2-135M-Instruct, full fine-tuning, fp32 weights + bf16 autocast, "
+            "16 prompts x 16 completions per update; our GRPO vs TRL's GRPOTrainer (gradient checkpointing off) "
+            "at equal completions; greedy accuracy on 100 held-out prompts"
+        ),
+        algos=["grpo", "trl_grpo_nogc"],
+        envs=[
+            EnvEntry(
+                "arith_chat",
+                "arith_chat (SmolLM2-135M-Instruct, GPU)",
+                eval_every=1024,
+                total_steps={"grpo": 7680, "trl_grpo_nogc": 7680},  # 30 updates of 256
+                overrides={"grpo": [*_GPU, "eval.at_start=true"], "trl_grpo_nogc": _GPU},
+                threshold=0.85,
+                metric="eval/accuracy",
+                metric_digits=2,
+                smoke_steps=512,
+                smoke_eval_every=256,
+            ),
+        ],
+        target="grpo",
+        references=["trl_grpo_nogc"],
+        references_label="TRL's GRPOTrainer",
+        eval_episodes=100,
+        eval_unit="prompts",
+        step_unit="completions",
+    )
+)
