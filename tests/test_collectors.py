@@ -316,6 +316,17 @@ def test_all_zero_std_skips_the_update(resolve, mode: str) -> None:
     assert data is None and metrics["rollout/frac_zero_std_groups"] == 1.0
 
 
+@pytest.mark.parametrize("regulariser", ["algo.entropy_coef=0.01", "algo.beta=0.04"])
+def test_all_zero_std_still_trains_a_regularised_loss(resolve, regulariser: str) -> None:
+    """An entropy bonus or a KL term has a gradient without any advantage: the update runs."""
+    algo = grpo_for(
+        resolve, "cartpole", "algo.group_size=3", "algo.num_groups=2", "algo.advantage=outcome", regulariser
+    )
+    data, metrics = algo.prepare(hand_batch([[2.0, 2.0, 2.0], [1.0, 1.0, 1.0]], [[2, 3, 4], [1, 1, 1]]))
+    assert data is not None and metrics["rollout/frac_zero_std_groups"] == 1.0
+    assert (data["advantages"] == 0).all() and len(data["advantages"]) == 2 + 3 + 4 + 1 + 1 + 1
+
+
 def test_resample_collects_until_groups_carry_signal(resolve) -> None:
     """Groups of 2 on a one-step two-armed bandit: about half have zero variance. Resampling keeps
     collecting until num_groups informative groups are found (or max_resample is spent)."""

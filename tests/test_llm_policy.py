@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_marl.policies.llm import LLMPolicy, LoraSpec, kl_k3, positions_from_mask, top_p_filter
+from grpo_marl.policies.llm import LLMPolicy, LoraSpec, kl_k3, positions_from_mask, sample_rows, top_p_filter
 from grpo_marl.tiny_lm import TinyLMConfig, build_char_tokenizer, build_tiny_lm, make_tiny_lm
 
 ALPHABET = "0123456789+="
@@ -120,6 +120,24 @@ def test_top_p_filter_keeps_nucleus() -> None:
     assert torch.isfinite(out[0, :2]).all() and torch.isinf(out[0, 2:]).all()
     assert torch.isfinite(top_p_filter(logits, 0.1)[0, 0])  # top-1 always kept
     assert positions_from_mask(torch.tensor([[0, 0, 1, 1]])).tolist() == [[0, 0, 0, 1]]
+
+
+def test_sample_rows_follows_the_probabilities() -> None:
+    """Inverse-CDF sampling: frequencies match each row's (unnormalised) probabilities, zero
+    entries (masked tokens, first and last included) are never drawn, a generator replays."""
+    probs = torch.tensor([[0.0, 0.1, 0.2, 0.0, 0.7, 0.0], [3.0, 0.0, 0.0, 0.0, 0.0, 1.0]])
+    n = 100_000
+    rows = probs.repeat_interleave(n, 0)
+    tok = sample_rows(rows, torch.Generator().manual_seed(0)).view(2, n)
+    freq = torch.stack([torch.bincount(t, minlength=6).double() / n for t in tok])
+    expected = (probs / probs.sum(-1, keepdim=True)).double()
+    assert (freq[expected == 0] == 0).all()
+    torch.testing.assert_close(freq, expected, atol=0.006, rtol=0)  # ~4 standard errors
+    again = sample_rows(rows, torch.Generator().manual_seed(0)).view(2, n)
+    assert torch.equal(tok, again)
+    one_hot = torch.zeros(3, 49_152)
+    one_hot[torch.arange(3), torch.tensor([0, 777, 49_151])] = 1.0
+    assert sample_rows(one_hot).tolist() == [0, 777, 49_151]
 
 
 def test_tokenizer_roundtrip() -> None:

@@ -101,8 +101,10 @@ class GRPO(Algorithm):
     def prepare(self, batch: Batch) -> tuple[dict[str, Tensor] | None, dict[str, float]]:
         """Advantages, aggregation weights and reference log-probs, laid out for minibatching.
 
-        Returns ``(None, metrics)`` when no group carries signal (all-equal rewards): the loss would
-        be exactly zero, so the update is skipped and ``train/skipped_updates`` says why.
+        Returns ``(None, metrics)`` when no group carries signal (all-equal rewards) and the loss
+        would be exactly zero, so the update is skipped and ``train/skipped_updates`` says why. With
+        a KL term or an entropy bonus the loss of such a batch still has a gradient, so it trains
+        (unless ``zero_std`` asked to drop zero-variance groups, which leaves nothing).
         """
         zero = self.zero_groups(batch)
         metrics = {"rollout/frac_zero_std_groups": float(zero.float().mean())}
@@ -110,7 +112,7 @@ class GRPO(Algorithm):
             if zero.all():
                 return None, metrics
             batch = batch.select_groups(~zero)
-        elif zero.all():
+        elif zero.all() and float(self.cfg.beta) == 0.0 and float(self.cfg.entropy_coef) == 0.0:
             return None, metrics
         adv = self.advantages(batch)
         weights = token_weights(batch.mask, str(self.cfg.aggregation))

