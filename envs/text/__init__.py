@@ -131,7 +131,14 @@ _ARITH_CHAT = {
         "eval": {"every_steps": 320},
         "log": {"every": 1},
         "checkpoint": {"every": 25},
-        "text": {"log_completions_every": 10},
+        # Prompts the model still gets wrong are drawn more often: the errors left after the first
+        # few hundred completions are a minority of sums, and uniform draws spend most groups on
+        # solved ones (all-right groups carry no advantage). `python -m grpo_marl.train
+        # env=arith_chat total_steps=2560 eval.every_steps=320 threads=1` (seed 1): held-out
+        # accuracy 0.54 / 0.72 / 0.76 at 320 / 640 / 960 and 0.81 at 2,560, against 0.47 / 0.63 /
+        # 0.70 and 0.71 with text.prompt_sampling=uniform (lr 2e-5: 0.74 at 1,920; lr 3e-5
+        # collapsed to 0.16; temperature 0.7: 0.73; LoRA at lr 2e-4: 0.70 at 1,280, 5e-4 unstable).
+        "text": {"log_completions_every": 10, "prompt_sampling": "hard"},
     },
     "grpo": {
         "algo": {**_TEXT_GRPO, "group_size": 8, "num_groups": 8, "minibatches": 4, "lr": 1e-5, "aggregation": "dapo"}
@@ -141,16 +148,15 @@ _ARITH_CHAT = {
 # fine-tuning defaults as arith_chat; 16 new tokens fit "x = -1, -3" and "The roots are x = 3 and
 # x = -2.". 640 completions (10 updates): see results/text_chat/quadratic.md for what they give.
 _QUADRATIC_CHAT = {
-    "common": {**_ARITH_CHAT["common"], "total_steps": 640, "eval": {"every_steps": 320}},
+    # uniform prompt draws, as quadratic_chat's results were measured (results/text_chat/quadratic.md)
+    "common": {
+        **_ARITH_CHAT["common"],
+        "total_steps": 640,
+        "eval": {"every_steps": 320},
+        "text": {"log_completions_every": 10},
+    },
     "grpo": _ARITH_CHAT["grpo"],
 }
-# arith_chat (after quadratic_chat took its copy): prompts the model still gets wrong are drawn more often: the errors left after the first few
-# hundred completions are a minority of sums, and uniform draws spend most groups on solved ones
-# (all-right groups carry no advantage). One-thread runs of 2,560 completions (seed 1): held-out
-# accuracy 0.54 / 0.72 / 0.76 at 320 / 640 / 960 and 0.81 at 2,560, against 0.47 / 0.63 / 0.70
-# and 0.71 with uniform draws (lr 2e-5: 0.74 at 1,920; lr 3e-5 collapsed to 0.16; temperature 0.7:
-# 0.73; LoRA at lr 2e-4: 0.70 at 1,280, at 5e-4 unstable).
-_ARITH_CHAT["common"]["text"] = {**_ARITH_CHAT["common"]["text"], "prompt_sampling": "hard"}
 
 register_env(
     "arithmetic",

@@ -112,7 +112,7 @@ class GRPO(Algorithm):
             if zero.all():
                 return None, metrics
             batch = batch.select_groups(~zero)
-        elif zero.all() and float(self.cfg.beta) == 0.0 and float(self.cfg.entropy_coef) == 0.0:
+        elif zero.all() and self.zero_advantage_is_exact():
             return None, metrics
         adv = self.advantages(batch)
         weights = token_weights(batch.mask, str(self.cfg.aggregation))
@@ -153,6 +153,11 @@ class GRPO(Algorithm):
             mask=mb.get("mask"),
         )
 
+    def zero_advantage_is_exact(self) -> bool:
+        """Whether a rollout with zero advantage adds nothing to the loss or its gradient: true
+        without a KL term (``beta``) and without an entropy bonus, which both still pull on it."""
+        return float(self.cfg.beta) == 0.0 and float(self.cfg.entropy_coef) == 0.0
+
     def rows_with_signal(self, mb: dict[str, Tensor]) -> dict[str, Tensor]:
         """The minibatch without its rollouts whose advantage is zero everywhere, when that is
         exact: without a KL term or entropy bonus such a rollout's loss term is ``w * min(r * 0,
@@ -163,7 +168,7 @@ class GRPO(Algorithm):
         the cost of an update. Sequence layout only (one row = one rollout); the loss statistics
         (clip fraction, ratios) then describe the rows that carry signal. An all-zero minibatch
         keeps one row, so the optimizer still steps on a (zero) gradient as it would have."""
-        if self.layout != "sequence" or "ref_logp" in mb or float(self.cfg.entropy_coef) != 0.0:
+        if self.layout != "sequence" or "ref_logp" in mb or not self.zero_advantage_is_exact():
             return mb
         adv = mb["advantages"]
         b = adv.shape[0]
