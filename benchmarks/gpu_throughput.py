@@ -152,7 +152,7 @@ CASES: list[Case] = [
     Case(
         "text_qwen2_0.5b_bf16",
         "text",
-        # 32 prompts x 8 completions of up to 64 tokens; bf16 weights (model.dtype=auto on CUDA).
+        # 32 prompts x 8 completions of up to 64 tokens; bf16 weights.
         # 4 minibatches of 64 sequences: [64, 65, 151936] float32 logits are 2.5 GB per copy.
         [
             "env=arithmetic",

@@ -320,7 +320,7 @@ def run(cfg: Any, run_dir: Path, gradient_checkpointing: bool | None = None) -> 
     from grpo_marl.policies.llm import LLMPolicy
     from grpo_marl.registry import get_spec
     from grpo_marl.tasks.text import TextTask, throughput_summary
-    from grpo_marl.trainer import resolve_device, seed_everything
+    from grpo_marl.trainer import autocast_dtype, resolve_device, seed_everything
 
     spec = get_spec(str(cfg.env))
     if spec.kind != "text":
@@ -375,7 +375,7 @@ def run(cfg: Any, run_dir: Path, gradient_checkpointing: bool | None = None) -> 
         sequence_ratio=str(a.get("loss", "grpo")) == "gspo",
         suppress_ids=suppress,
         cpu=device.type == "cpu",
-        bf16=str(cfg.get("autocast", "none")) == "bf16",
+        bf16=autocast_dtype(str(cfg.get("autocast", "auto")), device, "text") is not None,
         gradient_checkpointing=gradient_checkpointing,
     )
 

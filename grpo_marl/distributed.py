@@ -24,6 +24,7 @@ to know it runs distributed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -166,8 +167,8 @@ def rank_config(cfg: DictConfig, ctx: DistContext, seed_offset: int = 0) -> Dict
 def _validate_split(cfg: DictConfig) -> list[str]:
     """Under torchrun, the global batch must split evenly over the ranks."""
     errors: list[str] = []
-    if cfg.get("autocast", "none") not in ("none", "bf16"):
-        errors.append(f"autocast={cfg.get('autocast')!r} is not valid; choose none or bf16")
+    if cfg.get("autocast", "auto") not in ("auto", "none", "bf16"):
+        errors.append(f"autocast={cfg.get('autocast')!r} is not valid; choose auto, none or bf16")
     d = cfg.get("distributed") or {}
     fup = d.get("find_unused_parameters", "auto")
     if fup not in ("auto", True, False):
@@ -249,6 +250,11 @@ class DataParallel:
         if mb is None:
             raise ValueError("a single-process run has no empty-rank minibatches")
         return self.loss_fn(mb)
+
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        """Accumulate gradients locally (no all-reduce) inside this context: every backward of a
+        minibatch's micro-batches but the last, so each rank joins one all-reduce per step."""
+        return self.ddp.no_sync() if self.ddp is not None else contextlib.nullcontext()
 
     def sync_buffers(self) -> None:
         """Average floating-point buffers (running observation statistics) over ranks, so every

@@ -186,6 +186,24 @@ def test_torchrun_grpo_identical_ranks_one_run_dir_and_resume_on_one_process(tmp
     assert resumed["env_steps"] >= 1200 and resumed["updates"] > summary["updates"]
 
 
+def test_torchrun_text_micro_batches_keep_ranks_identical(tmp_path: Path) -> None:
+    """LLM GRPO on 2 ranks with gradient accumulation (``algo.micro_batch_rows``): each rank
+    back-propagates its pieces (2 of its 4-rollout minibatches here) without syncing and joins one
+    all-reduce per step, so the ranks' weights stay identical."""
+    work, hashes = tmp_path / "work", tmp_path / "hashes"
+    work.mkdir()
+    proc = torchrun(
+        "env=arithmetic", "algo.num_groups=4", "algo.group_size=4", "algo.minibatches=2",
+        "algo.micro_batch_rows=3", "total_steps=64", "eval.episodes=4", "text.eval_prompts=4",
+        "log.tensorboard=false", "model.save=false", f"hydra.run.dir={work / 'run'}",
+        cwd=work, hash_dir=hashes,
+    )  # fmt: skip
+    _ok(proc)
+    h0, h1 = _hashes(hashes)
+    assert h0["param_hash"] == h1["param_hash"], "ranks diverged"
+    assert h0["updates"] == h1["updates"] >= 2
+
+
 def test_torchrun_ppo_resumes_a_single_process_run_on_two_ranks(tmp_path: Path, train) -> None:
     """PPO (value net in DDP too): a 1-process run continued on 2 ranks (N 1 -> 2)."""
     run_dir, hashes = tmp_path / "ppo", tmp_path / "hashes"

@@ -228,3 +228,24 @@ def test_fast_gpt2_path_matches_transformers(act: str) -> None:
     la, _ = pol.completion_logprobs(a.input_ids, a.attention_mask, a.completion_mask)
     lb, _ = slow.completion_logprobs(a.input_ids, a.attention_mask, a.completion_mask)
     torch.testing.assert_close(la, lb, atol=1e-5, rtol=1e-5)
+
+
+def test_auto_dtype_keeps_float32_master_weights_on_every_device() -> None:
+    """bf16 weights round fine-tuning Adam steps away, so ``auto`` never picks them."""
+    from grpo_marl.policies.llm import resolve_dtype
+
+    assert resolve_dtype("auto", torch.device("cpu")) is torch.float32
+    assert resolve_dtype("auto", torch.device("cuda")) is torch.float32
+    assert resolve_dtype("bfloat16", torch.device("cpu")) is torch.bfloat16
+
+
+def test_autocast_auto_is_bf16_only_for_llms_on_cuda() -> None:
+    from grpo_marl.trainer import autocast_dtype
+
+    cpu = torch.device("cpu")
+    assert autocast_dtype("auto", cpu, "text") is None
+    assert autocast_dtype("none", cpu, "text") is None
+    assert autocast_dtype("bf16", cpu, "gym") is torch.bfloat16
+    assert autocast_dtype("auto", torch.device("cuda"), "gym") is None
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        assert autocast_dtype("auto", torch.device("cuda"), "text") is torch.bfloat16

@@ -229,3 +229,57 @@ def test_rollouts_without_signal_are_not_scored_and_the_gradient_is_unchanged(
     algo.cfg.entropy_coef = 0.01
     assert algo.rows_with_signal(data) is data
     task.close()
+
+
+def test_micro_batches_add_up_to_the_minibatch_loss_and_gradient(resolve: Callable[[list[str]], Any]) -> None:
+    """``algo.micro_batch_rows``: the pieces' losses and gradients sum to the whole minibatch's,
+    each piece holds whole groups where it can (rows ordered by group), and the merged mean
+    statistics equal the minibatch's."""
+    from grpo_marl.algos import make_algo
+    from grpo_marl.registry import get_spec
+    from grpo_marl.tasks.text import TextTask
+    from grpo_marl.trainer import merge_terms
+
+    cpu = torch.device("cpu")
+    cfg = resolve(["env=arithmetic", *FAST, "algo.entropy_coef=0", "algo.micro_batch_rows=3"])
+    task = TextTask(cfg, get_spec("arithmetic"), cpu)
+    algo = make_algo("grpo", cfg.algo, task, cpu)
+    data, _ = algo.prepare(task.collect(task.policy))
+    assert data is not None
+    g, b = int(cfg.algo.group_size), data["advantages"].shape[0]
+    gen = torch.Generator().manual_seed(0)
+    data["advantages"] = torch.randn(data["advantages"].shape, generator=gen) * data["mask"]
+    data["logp"] = data["logp"] + 0.05 * torch.randn(data["logp"].shape, generator=gen)  # ratios != 1
+    shuffled = torch.randperm(b, generator=gen)  # a minibatch's rows arrive in random order
+    mb = {k: v.index_select(0, shuffled) for k, v in data.items()}
+    params = [p for p in task.policy.parameters() if p.requires_grad]
+
+    def grads() -> list[torch.Tensor]:
+        out = [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in params]
+        for p in params:
+            p.grad = None
+        return out
+
+    whole = algo.loss(mb)
+    whole["loss"].backward()
+    whole_grads = grads()
+    pieces = algo.micro_batches(mb)
+    assert len(pieces) == -(-b // 3) and sum(p["input_ids"].shape[0] for p, _ in pieces) == b
+    assert abs(sum(share for _, share in pieces) - 1.0) < 1e-6
+    # ordered by group: a piece's groups are consecutive, and no group is split more than needed
+    for piece, _ in pieces:
+        groups = piece["group"]
+        assert torch.equal(groups, groups.sort().values) and int(groups.max() - groups.min()) <= 1 + 3 // g
+    parts = []
+    for piece, share in pieces:
+        terms = algo.loss(piece)
+        terms["loss"].backward()
+        parts.append(({k: v.detach() for k, v in terms.items()}, share))
+    merged = merge_terms(parts)
+    for a, c in zip(grads(), whole_grads, strict=True):
+        torch.testing.assert_close(a, c, atol=1e-6, rtol=1e-4)
+    for name in ("loss", "loss_policy", "clip_fraction", "approx_kl", "ratio_mean", "ratio_max", "entropy"):
+        torch.testing.assert_close(merged[name], whole[name].detach(), atol=1e-6, rtol=1e-4)
+    algo.cfg.micro_batch_rows = 0
+    assert algo.micro_batches(mb) == [(mb, 1.0)]
+    task.close()

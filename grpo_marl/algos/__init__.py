@@ -61,6 +61,12 @@ class Algorithm:
     def loss(self, mb: dict[str, Tensor]) -> dict[str, Tensor]:
         raise NotImplementedError
 
+    def micro_batches(self, mb: dict[str, Tensor]) -> list[tuple[dict[str, Tensor], float]]:
+        """Pieces of a minibatch whose losses add up to the minibatch's loss, each with its share
+        of the minibatch's loss weight (to merge mean statistics). The trainer back-propagates
+        each piece and steps once (gradient accumulation). Default: the minibatch whole."""
+        return [(mb, 1.0)]
+
     def after_update(self) -> None:
         self.updates += 1
 

@@ -125,6 +125,9 @@ class GRPO(Algorithm):
         else:
             data = {k: batch[k] for k in keys}
             data.update(advantages=adv, weights=weights, mask=batch.mask)
+            # Each row's group, so micro-batches can keep a group's rows together (one shared prompt
+            # forward per group and micro-batch, see micro_batches).
+            data["group"] = torch.arange(batch.num_groups, device=adv.device).repeat_interleave(batch.group_size)
             for k in self.task.extra_keys:
                 data[k] = batch[k]
         if self.ref_policy is not None:
@@ -152,6 +155,33 @@ class GRPO(Algorithm):
             entropy=entropy,
             mask=mb.get("mask"),
         )
+
+    def micro_batches(self, mb: dict[str, Tensor]) -> list[tuple[dict[str, Tensor], float]]:
+        """``micro_batch_rows > 0`` (sequence layout): the minibatch's rows with signal, ordered by
+        group and cut into pieces of at most that many rows. Exact: the aggregation weights are
+        normalised over the whole batch (:meth:`prepare`), so the loss is a plain sum over rows and
+        the pieces' gradients add up to the minibatch's. Why: an LLM's activations for the backward
+        pass grow with the tokens of a forward, prompts included (SmolLM2-135M keeps ~1 MB per
+        token); ordering by group keeps each piece's rows on few prompts, whose forward is shared."""
+        rows = int(self.cfg.get("micro_batch_rows", 0) or 0)
+        if rows <= 0 or self.layout != "sequence":
+            return [(mb, 1.0)]
+        mb = self.rows_with_signal(mb)
+        b = mb["advantages"].shape[0]
+        if b <= rows:
+            return [(mb, 1.0)]
+        order = torch.argsort(mb["group"], stable=True)
+        weights = mb["weights"].reshape(b, -1).sum(1)
+        total = float(weights.sum())
+        out = []
+        for part in order.tensor_split(-(-b // rows)):
+            piece = {
+                k: v.index_select(0, part) if isinstance(v, Tensor) and v.dim() > 0 and v.shape[0] == b else v
+                for k, v in mb.items()
+            }
+            share = float(weights[part].sum()) / total if total > 0 else len(part) / b
+            out.append((piece, share))
+        return out
 
     def zero_advantage_is_exact(self) -> bool:
         """Whether a rollout with zero advantage adds nothing to the loss or its gradient: true

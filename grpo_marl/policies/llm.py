@@ -325,8 +325,8 @@ class LLMPolicy(nn.Module):
         trust_remote_code: bool = False,
     ) -> LLMPolicy:
         """Load model + tokenizer from an HF directory, a ``.gguf`` file or a hub name (see
-        :func:`grpo_marl.text.loading.load_model`). ``dtype="auto"`` picks bf16 on CUDA and fp32
-        on CPU."""
+        :func:`grpo_marl.text.loading.load_model`). ``dtype="auto"`` is float32 (see
+        :func:`resolve_dtype`)."""
         from grpo_marl.text.loading import load_model
 
         device = torch.device(device)
@@ -684,11 +684,13 @@ def kl_k3(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tensor:
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
-    """``auto``: bfloat16 on CUDA, float32 elsewhere; otherwise a torch dtype or its name."""
+    """``auto``: float32 on every device (master weights for training; on CUDA ``autocast=auto``
+    runs the matmuls in bf16, see :func:`grpo_marl.trainer.autocast_dtype` for why the weights
+    stay float32); otherwise a torch dtype or its name."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype in (None, "auto"):
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        return torch.float32
     value = getattr(torch, str(dtype), None)
     if not isinstance(value, torch.dtype):
         from grpo_marl.errors import ConfigError
