@@ -288,6 +288,11 @@ def unmatched_settings(cfg: Any) -> list[str]:
         out.append(f"algo.zero_std={a.zero_std}: no dynamic sampling in TRL (zero-variance groups stay in the batch)")
     if str(t.get("prompt_sampling", "uniform")) != "uniform":
         out.append(f"text.prompt_sampling={t.prompt_sampling}: TRL draws prompts uniformly (shuffled epochs)")
+    if str(a.get("minibatch_split", "rows")) != "rows":
+        out.append(
+            f"algo.minibatch_split={a.minibatch_split}: TRL shuffles the rows of a generation batch across its "
+            "optimizer steps"
+        )
     if float(a.get("entropy_coef", 0.0) or 0.0):
         out.append(f"algo.entropy_coef={a.entropy_coef}: no entropy bonus in TRL")
     if a.get("target_kl") is not None:

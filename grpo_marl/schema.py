@@ -193,6 +193,7 @@ ALGO: dict[str, dict[str, Key]] = {
         "zero_std": Choice("keep", "skip", "resample"),
         "max_resample": NONNEG_INT,
         "micro_batch_rows": Int(lo=0, hint="0 = the whole minibatch in one pass"),
+        "minibatch_split": Choice("rows", "groups"),
         "branch_horizon": Int(lo=0, hint="0 = to the episode's end"),
         "state_reset_frac": UNIT,
         "target_kl": Float(gt=0, nullable=True),

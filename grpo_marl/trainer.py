@@ -23,7 +23,7 @@ from torch import nn
 
 from grpo_marl import distributed as dist
 from grpo_marl.algos import get_algo
-from grpo_marl.batch import Batch, minibatch_indices
+from grpo_marl.batch import Batch
 from grpo_marl.checkpoint import atomic_save, checkpoint_path, load_checkpoint, rng_state, set_rng_state
 from grpo_marl.errors import NonFiniteError, RemoteRankError, TrainingStopped
 from grpo_marl.logging import RunLogger
@@ -232,7 +232,7 @@ class Trainer:
         epochs_done = 0
         for _ in range(int(a.epochs)):
             epoch_kl = []
-            chunks = minibatch_indices(n, k) if data is not None else [None] * k
+            chunks = self.algo.minibatch_indices(data, k) if data is not None else [None] * k
             for idx in chunks:
                 mb = None
                 if data is not None and idx is not None:

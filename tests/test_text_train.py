@@ -283,3 +283,43 @@ def test_micro_batches_add_up_to_the_minibatch_loss_and_gradient(resolve: Callab
     algo.cfg.micro_batch_rows = 0
     assert algo.micro_batches(mb) == [(mb, 1.0)]
     task.close()
+
+
+def test_group_minibatches_hold_whole_groups_and_spread_the_ones_with_signal(
+    resolve: Callable[[list[str]], Any],
+) -> None:
+    """``algo.minibatch_split=groups``: every row in exactly one minibatch, each minibatch made of
+    whole groups, the groups with signal dealt evenly (counts differ by at most one)."""
+    from grpo_marl.algos import make_algo
+    from grpo_marl.registry import get_spec
+    from grpo_marl.tasks.text import TextTask
+
+    cpu = torch.device("cpu")
+    cfg = resolve(["env=arithmetic", *FAST, "algo.entropy_coef=0", "algo.minibatch_split=groups"])
+    task = TextTask(cfg, get_spec("arithmetic"), cpu)
+    algo = make_algo("grpo", cfg.algo, task, cpu)
+    data, _ = algo.prepare(task.collect(task.policy))
+    assert data is not None
+    g, b = int(cfg.algo.group_size), data["advantages"].shape[0]
+    n_groups = b // g
+    adv = torch.zeros_like(data["advantages"])
+    live_groups = {0, 1, 3}
+    for j in live_groups:
+        adv[j * g : (j + 1) * g] = torch.linspace(-1.0, 1.0, g)[:, None]
+    data["advantages"] = adv
+    k = 2
+    chunks = algo.minibatch_indices(data, k)
+    assert len(chunks) == k
+    assert sorted(torch.cat(chunks).tolist()) == list(range(b))
+    counts = []
+    for idx in chunks:
+        groups = set(data["group"][idx].tolist())
+        assert len(idx) == g * len(groups)  # whole groups only
+        counts.append(len(groups & live_groups))
+    assert sorted(counts) == [1, 2]
+    # more minibatches than groups: random rows as before
+    fallback = algo.minibatch_indices(data, n_groups + 1)
+    assert sorted(torch.cat(fallback).tolist()) == list(range(b))
+    algo.cfg.minibatch_split = "rows"
+    assert any(len(set(data["group"][idx].tolist())) > 1 for idx in algo.minibatch_indices(data, n_groups))
+    task.close()

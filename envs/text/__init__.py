@@ -141,7 +141,17 @@ _ARITH_CHAT = {
         "text": {"log_completions_every": 10, "prompt_sampling": "hard"},
     },
     "grpo": {
-        "algo": {**_TEXT_GRPO, "group_size": 8, "num_groups": 8, "minibatches": 4, "lr": 1e-5, "aggregation": "dapo"}
+        "algo": {
+            **_TEXT_GRPO,
+            "group_size": 8,
+            "num_groups": 8,
+            "minibatches": 4,
+            "lr": 1e-5,
+            "lr_schedule": "cosine",
+            "aggregation": "dapo",
+            "minibatch_split": "groups",
+            "micro_batch_rows": 8,
+        }
     },
 }
 # quadratic's equations and held-out split as chat turns for the same model and the same
@@ -155,7 +165,8 @@ _QUADRATIC_CHAT = {
         "eval": {"every_steps": 320},
         "text": {"log_completions_every": 10},
     },
-    "grpo": _ARITH_CHAT["grpo"],
+    # a constant learning rate, as its results were measured
+    "grpo": {"algo": {**_ARITH_CHAT["grpo"]["algo"], "lr_schedule": "constant"}},
 }
 
 register_env(

@@ -15,7 +15,7 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from grpo_marl.batch import Batch
+from grpo_marl.batch import Batch, minibatch_indices
 from grpo_marl.errors import ConfigError
 from grpo_marl.tasks.base import Task
 
@@ -60,6 +60,11 @@ class Algorithm:
 
     def loss(self, mb: dict[str, Tensor]) -> dict[str, Tensor]:
         raise NotImplementedError
+
+    def minibatch_indices(self, data: dict[str, Tensor], k: int) -> list[Tensor]:
+        """Row indices of this epoch's ``k`` minibatches (random rows, each row once)."""
+        n = next(iter(data.values())).shape[0]
+        return list(minibatch_indices(n, k))
 
     def micro_batches(self, mb: dict[str, Tensor]) -> list[tuple[dict[str, Tensor], float]]:
         """Pieces of a minibatch whose losses add up to the minibatch's loss, each with its share
