@@ -231,21 +231,28 @@ def test_rollouts_without_signal_are_not_scored_and_the_gradient_is_unchanged(
     task.close()
 
 
-def test_micro_batches_add_up_to_the_minibatch_loss_and_gradient(resolve: Callable[[list[str]], Any]) -> None:
-    """``algo.micro_batch_rows``: the pieces' losses and gradients sum to the whole minibatch's,
-    each piece holds whole groups where it can (rows ordered by group), and the merged mean
-    statistics equal the minibatch's."""
+def _prepared_grpo(resolve: Callable[[list[str]], Any], override: str) -> tuple[Any, Any, Any, dict]:
+    """GRPO on a tiny arithmetic task (no entropy bonus) and one prepared batch."""
     from grpo_marl.algos import make_algo
     from grpo_marl.registry import get_spec
     from grpo_marl.tasks.text import TextTask
-    from grpo_marl.trainer import merge_terms
 
     cpu = torch.device("cpu")
-    cfg = resolve(["env=arithmetic", *FAST, "algo.entropy_coef=0", "algo.micro_batch_rows=3"])
+    cfg = resolve(["env=arithmetic", *FAST, "algo.entropy_coef=0", override])
     task = TextTask(cfg, get_spec("arithmetic"), cpu)
     algo = make_algo("grpo", cfg.algo, task, cpu)
     data, _ = algo.prepare(task.collect(task.policy))
     assert data is not None
+    return cfg, task, algo, data
+
+
+def test_micro_batches_add_up_to_the_minibatch_loss_and_gradient(resolve: Callable[[list[str]], Any]) -> None:
+    """``algo.micro_batch_rows``: the pieces' losses and gradients sum to the whole minibatch's,
+    each piece holds whole groups where it can (rows ordered by group), and the merged mean
+    statistics equal the minibatch's."""
+    from grpo_marl.trainer import merge_terms
+
+    cfg, task, algo, data = _prepared_grpo(resolve, "algo.micro_batch_rows=3")
     g, b = int(cfg.algo.group_size), data["advantages"].shape[0]
     gen = torch.Generator().manual_seed(0)
     data["advantages"] = torch.randn(data["advantages"].shape, generator=gen) * data["mask"]
@@ -290,16 +297,8 @@ def test_group_minibatches_hold_whole_groups_and_spread_the_ones_with_signal(
 ) -> None:
     """``algo.minibatch_split=groups``: every row in exactly one minibatch, each minibatch made of
     whole groups, the groups with signal dealt evenly (counts differ by at most one)."""
-    from grpo_marl.algos import make_algo
-    from grpo_marl.registry import get_spec
-    from grpo_marl.tasks.text import TextTask
 
-    cpu = torch.device("cpu")
-    cfg = resolve(["env=arithmetic", *FAST, "algo.entropy_coef=0", "algo.minibatch_split=groups"])
-    task = TextTask(cfg, get_spec("arithmetic"), cpu)
-    algo = make_algo("grpo", cfg.algo, task, cpu)
-    data, _ = algo.prepare(task.collect(task.policy))
-    assert data is not None
+    cfg, task, algo, data = _prepared_grpo(resolve, "algo.minibatch_split=groups")
     g, b = int(cfg.algo.group_size), data["advantages"].shape[0]
     n_groups = b // g
     adv = torch.zeros_like(data["advantages"])
