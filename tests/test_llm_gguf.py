@@ -11,92 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 
 gguf = pytest.importorskip("gguf")
 
+from tests.gguf_helpers import CHAT_TEMPLATE, byte_level_vocab, tiny_llama, write_llama_gguf  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-
-
-def byte_level_vocab() -> tuple[list[str], list[str]]:
-    """Tokens (3 specials, the 256 byte-level symbols, one merged token) and their merges."""
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    symbols = list(bytes_to_unicode().values())
-    return [*SPECIALS, *symbols, "ĠĠ"], ["Ġ Ġ"]
-
-
-def tiny_llama(vocab: int, seed: int = 0) -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        rms_norm_eps=1e-5,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(cfg)
-
-
-def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
-    """llama.cpp's q/k row order (transformers undoes it when reading)."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def write_llama_gguf(model: Any, path: Path) -> Path:
-    """Write a Llama model (float32) and a byte-level BPE tokenizer with a chat template to GGUF."""
-    cfg = model.config
-    tokens, merges = byte_level_vocab()
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
-    w.add_rope_freq_base(float(getattr(cfg, "rope_theta", None) or cfg.rope_parameters["rope_theta"]))
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_vocab_size(len(tokens))
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list(tokens)
-    w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
-    w.add_token_merges(merges)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_pad_token_id(0)
-    w.add_chat_template(CHAT_TEMPLATE)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, cfg.num_hidden_layers)
-    for name, tensor in model.state_dict().items():
-        if name == "lm_head.weight" and cfg.tie_word_embeddings:
-            continue
-        data = tensor.detach().float().numpy().copy()
-        if name.endswith("q_proj.weight"):
-            data = _permute(data, cfg.num_attention_heads)
-        elif name.endswith("k_proj.weight"):
-            data = _permute(data, cfg.num_key_value_heads)
-        w.add_tensor(names.get_name(name, try_suffixes=(".weight",)), data)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
 
 
 @pytest.fixture(scope="module")
