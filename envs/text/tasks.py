@@ -27,6 +27,39 @@ from grpo_marl.errors import ConfigError, DatasetError, RewardFunctionError
 #: A prompt: plain text, or chat messages ``[{"role": ..., "content": ...}, ...]``.
 Prompt = Any
 
+#: Tokens beyond the longest answer (and its EOS) in the default completion budget of a task
+#: whose budget follows the tokenizer (``text_jsonl``) when the model is pretrained: room for the
+#: lead-in a chat model writes before its answer (see :func:`answer_token_budget`).
+PREAMBLE_TOKENS = 16
+
+
+def answer_token_budget(answers: Sequence[str], tokenizer: Any, *, pretrained: bool, room: int | None = None) -> int:
+    """Completion budget in tokens for reference ``answers`` under the run's ``tokenizer``:
+    the longest answer's token count, plus 1 for the EOS token, plus :data:`PREAMBLE_TOKENS`
+    (16) when the model is ``pretrained`` (``model.path``), capped at ``room`` (the model's
+    context length minus the longest prompt) but never below the answer + EOS.
+
+    Why these terms. The budget must fit the answer *in tokens of this tokenizer*: a character
+    count (the old hint) is the right number only for the char tokenizer of a model built from
+    scratch, and a BPE tokenizer's tokens are not characters. A model built from scratch learns
+    to answer bare, so the answer and its stop token are all it needs (every extra token is one
+    more way to be wrong, and the hint stays what it was). A pretrained chat model does not
+    answer bare: asked ``Compute 25 + 49. Reply with the number only.``, SmolLM2-135M-Instruct
+    writes ``25 + 49 = 74`` (10 tokens + EOS for a 2-token answer) or ``The answer is 58.``; cut at
+    the answer's 3 tokens it scores 0. 16 tokens cover such a restatement or a short
+    ``The answer is``-style lead-in, and the headroom is nearly free for completions that stop
+    sooner: sampling ends once every row has stopped and scoring cuts unused columns, so only
+    rows that ramble pay for it. Longer preambles (reasoning) need ``text.max_new_tokens``.
+    """
+    unique = sorted(set(answers))
+    ids = tokenizer(unique, add_special_tokens=False)["input_ids"] if unique else []
+    longest = max((len(x) for x in ids), default=1)
+    need = longest + 1
+    budget = need + (PREAMBLE_TOKENS if pretrained else 0)
+    if room is not None:
+        budget = max(need, min(budget, room))
+    return budget
+
 
 def prompt_text(prompt: Prompt) -> str:
     """A plain-text form of a prompt (chat messages joined as ``role: content`` lines)."""
@@ -56,7 +89,9 @@ class TextTask:
 
     ``rewards`` maps a reward name (a registry name or ``module:function``) to its weight; the
     total reward is the weighted sum. ``accuracy`` names the 0/1 reward reported as
-    ``eval/accuracy``.
+    ``eval/accuracy``. ``max_new_tokens`` is the completion-length hint; with
+    ``budget_from_tokenizer`` it is only the character-count fallback, and the trainer asks
+    :meth:`completion_budget` once the model's tokenizer is known.
     """
 
     name: str
@@ -66,6 +101,7 @@ class TextTask:
     accuracy: str
     alphabet: str
     max_new_tokens: int
+    budget_from_tokenizer: bool = False
     _fns: dict[str, RewardFunc] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -75,6 +111,13 @@ class TextTask:
             raise ValueError(f"task {self.name!r}: train and eval splits must be non-empty")
         names = set(self.rewards) | {self.accuracy}
         self._fns = {n: get_reward(n) for n in names}
+
+    def completion_budget(self, tokenizer: Any, *, pretrained: bool, room: int | None = None) -> int:
+        """The completion budget (tokens) for this tokenizer: ``max_new_tokens``, or with
+        ``budget_from_tokenizer`` :func:`answer_token_budget` over both splits' answers."""
+        if not self.budget_from_tokenizer:
+            return self.max_new_tokens
+        return answer_token_budget(self.train.answers + self.eval.answers, tokenizer, pretrained=pretrained, room=room)
 
     def split(self, name: str) -> PromptSet:
         """``train`` or ``eval``."""
@@ -418,7 +461,11 @@ def jsonl_task(
 ) -> TextTask:
     """Prompt/answer pairs from a local JSONL file, scored by reward functions chosen by name or
     ``module:function``. ``eval_path`` gives an explicit held-out file; otherwise ``eval_frac`` of
-    the rows are held out. Each row's prompt is a string or a list of chat messages."""
+    the rows are held out. Each row's prompt is a string or a list of chat messages.
+
+    ``max_new_tokens=None`` (the default) sizes the completion budget to the answers under the
+    run's tokenizer (:func:`answer_token_budget`: the longest answer in tokens + EOS, + 16 tokens
+    of lead-in for a pretrained model); ``max_new_tokens`` here or ``text.max_new_tokens`` fix it."""
     if not path:
         raise ConfigError(
             "env=text_jsonl needs the prompt file: add +env_kwargs.path=data.jsonl (one JSON object per line "
@@ -436,8 +483,9 @@ def jsonl_task(
         texts = [prompt_text(x) for x in prompts + list(ev.prompts)]
         chars = sorted(set("".join(texts + answers + list(ev.answers))))
         alphabet = "".join(chars)
-    if max_new_tokens is None:
-        max_new_tokens = max(len(a) for a in answers) + 1
+    from_tokenizer = max_new_tokens is None
+    if from_tokenizer:  # the fallback without a tokenizer: characters (a char tokenizer's tokens) + EOS
+        max_new_tokens = max(len(a) for a in answers + list(ev.answers)) + 1
     return TextTask(
         name=f"jsonl:{p.name}",
         train=train,
@@ -445,7 +493,8 @@ def jsonl_task(
         rewards=rewards if rewards is not None else {accuracy: 1.0},
         accuracy=accuracy,
         alphabet=alphabet,
-        max_new_tokens=max_new_tokens,
+        max_new_tokens=int(max_new_tokens),
+        budget_from_tokenizer=from_tokenizer,
     )
 
 

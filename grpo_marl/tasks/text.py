@@ -136,7 +136,6 @@ class TextTask(Task):
         self.train_set = self.text_task.train
         self.eval_set = self.text_task.eval
         t = cfg.text
-        self.max_new_tokens = int(t.max_new_tokens or self.text_task.max_new_tokens)
         self.temperature = float(t.temperature)
         self.top_p = float(t.top_p)
         self.mask_truncated = bool(t.mask_truncated)
@@ -156,6 +155,7 @@ class TextTask(Task):
         self._train_ids, self._train_mask = self.policy.encode_prompts(self.train_text, add_special_tokens=special)
         self._eval_ids, self._eval_mask = self.policy.encode_prompts(self.eval_text, add_special_tokens=special)
         self.prompt_width = int(self._train_ids.shape[1])
+        self.max_new_tokens = int(t.max_new_tokens or self._default_budget(bool(cfg.model.path)))
         self.sft_stats: dict[str, float] = {}
         # On resume the checkpoint's weights replace the policy's, so the warm start is skipped.
         if int(t.get("sft_steps", 0) or 0) > 0 and not cfg.get("resume"):
@@ -191,6 +191,15 @@ class TextTask(Task):
         self._cpu_times: list[float] = []
         self._timed_completions = 0
         self._timed_tokens = 0.0
+
+    def _default_budget(self, pretrained: bool) -> int:
+        """The task's completion budget for this tokenizer (``text.max_new_tokens=null``), within
+        the model's context after the longest prompt (:meth:`envs.text.tasks.TextTask.completion_budget`)."""
+        cfg = self.policy.causal_lm.config
+        context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+        longest_prompt = max(self.prompt_width, int(self._eval_ids.shape[1]))
+        room = int(context) - longest_prompt if context else None
+        return self.text_task.completion_budget(self.policy.tokenizer, pretrained=pretrained, room=room)
 
     # -- trainer hooks -----------------------------------------------------------------------
     @property

@@ -1,0 +1,80 @@
+"""The text path as a new user meets it: ``env=text_jsonl`` with a real (tokenizer-bearing) model
+gets a completion budget that fits its answers in tokens. Real tiny models (a Llama written to
+``.gguf``, a char-tokenizer GPT-2)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("gguf")
+
+from tests.gguf_helpers import write_tiny_gguf  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+# "café" is 4 characters but 5 byte-level tokens ("é" is two bytes): a character count is not a
+# token count.
+ANSWERS = ["7", "42", "café"]
+
+
+@pytest.fixture(scope="module")
+def gguf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny-chat.gguf", max_positions=256)
+
+
+def _jsonl(path: Path, answers: list[str]) -> Path:
+    rows = [{"prompt": [{"role": "user", "content": f"Say {a}."}], "answer": a} for a in answers]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_jsonl_budget_counts_answer_tokens_of_the_run_tokenizer(gguf_path: Path, tmp_path: Path) -> None:
+    from envs.text.tasks import PREAMBLE_TOKENS, answer_token_budget, jsonl_task
+    from grpo_marl.text.loading import load_model
+    from grpo_marl.tiny_lm import build_char_tokenizer
+
+    _, bpe = load_model(str(gguf_path))
+    assert len(bpe("café", add_special_tokens=False)["input_ids"]) == 5
+    task = jsonl_task(str(_jsonl(tmp_path / "d.jsonl", ANSWERS)), eval_frac=0.0)
+    assert task.budget_from_tokenizer and task.max_new_tokens == 5  # the fallback: 4 characters + EOS
+    # pretrained: the longest answer in tokens + EOS + the chat lead-in headroom
+    assert PREAMBLE_TOKENS == 16
+    assert task.completion_budget(bpe, pretrained=True) == 5 + 1 + 16
+    assert task.completion_budget(bpe, pretrained=False) == 5 + 1
+    # within the model's context after the longest prompt, but never below answer + EOS
+    assert answer_token_budget(ANSWERS, bpe, pretrained=True, room=10) == 10
+    assert answer_token_budget(ANSWERS, bpe, pretrained=True, room=3) == 6
+    # a model built from scratch (char tokenizer): characters are tokens, the hint is unchanged
+    chars = build_char_tokenizer(task.alphabet)
+    assert task.completion_budget(chars, pretrained=False) == 4 + 1
+    # a budget given in env_kwargs is kept whatever the tokenizer
+    fixed = jsonl_task(str(tmp_path / "d.jsonl"), eval_frac=0.0, max_new_tokens=3)
+    assert not fixed.budget_from_tokenizer and fixed.completion_budget(bpe, pretrained=True) == 3
+
+
+def test_text_jsonl_through_model_path_defaults_to_the_token_budget(
+    gguf_path: Path, train: Callable[..., dict], tmp_path: Path
+) -> None:
+    data = _jsonl(tmp_path / "d.jsonl", ANSWERS * 2)
+    common = [
+        "env=text_jsonl",
+        f"+env_kwargs.path={data}",
+        "+env_kwargs.eval_frac=0",
+        f"model.path={gguf_path}",
+        "total_steps=8",
+        "algo.num_groups=2",
+        "algo.group_size=4",
+        "log.tensorboard=false",
+        "checkpoint.every=0",
+        "model.save=false",
+        "threads=1",
+    ]
+    s = train(tmp_path / "run", *common)
+    assert s["text/max_new_tokens"] == 5 + 1 + 16  # not the 5 characters of "café" + EOS
+    assert s["env_steps"] == 8
+    # text.max_new_tokens still decides when given
+    s = train(tmp_path / "fixed", *common, "text.max_new_tokens=7")
+    assert s["text/max_new_tokens"] == 7
