@@ -1,10 +1,12 @@
 """The text path as a new user meets it: ``env=text_jsonl`` with a real (tokenizer-bearing) model
-gets a completion budget that fits its answers in tokens. Real tiny models (a Llama written to
-``.gguf``, a char-tokenizer GPT-2)."""
+gets a completion budget that fits its answers in tokens, and loading a model keeps third-party
+progress bars and warnings off the terminal. Real tiny models (a Llama written to ``.gguf``, a char-tokenizer GPT-2)."""
 
 from __future__ import annotations
 
 import json
+import logging
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -78,3 +80,47 @@ def test_text_jsonl_through_model_path_defaults_to_the_token_budget(
     # text.max_new_tokens still decides when given
     s = train(tmp_path / "fixed", *common, "text.max_new_tokens=7")
     assert s["text/max_new_tokens"] == 7
+
+
+BAR_MARKS = ("de-quantizing", "Loading weights", "it/s", "\r", "\x1b[")
+
+
+def test_model_loading_keeps_third_party_bars_and_warnings_off_stderr(
+    gguf_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from transformers.utils import logging as hf_logging
+
+    from grpo_marl.policies.llm import LLMPolicy
+    from grpo_marl.text.loading import SHOW_HF_OUTPUT_ENV, quiet_third_party
+
+    monkeypatch.delenv(SHOW_HF_OUTPUT_ENV, raising=False)
+    before = (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled())
+    capfd.readouterr()
+    LLMPolicy.from_pretrained(gguf_path)
+    err = capfd.readouterr().err
+    assert not [m for m in BAR_MARKS if m in err], err
+    assert (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()) == before  # restored
+
+    # transformers' log warnings and Python warnings inside the block are dropped, not deferred
+    logger = hf_logging.get_logger("transformers.newcomer_test")
+    with caplog.at_level(logging.WARNING), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with quiet_third_party():
+            logger.warning("hidden transformers warning")
+            warnings.warn("hidden python warning", UserWarning, stacklevel=1)
+        logger.warning("visible transformers warning")
+        warnings.warn("visible python warning", UserWarning, stacklevel=1)
+    assert "hidden" not in caplog.text and "visible transformers warning" in caplog.text
+    assert [str(w.message) for w in caught] == ["visible python warning"]
+    capfd.readouterr()
+
+    # asked for (GRPO_MARL_HF_OUTPUT=1): transformers' own output is shown as it would be
+    monkeypatch.setenv(SHOW_HF_OUTPUT_ENV, "1")
+    LLMPolicy.from_pretrained(gguf_path)
+    err = capfd.readouterr().err
+    if before[1]:  # transformers' bars are on in this environment (not HF_HUB_DISABLE_PROGRESS_BARS)
+        assert "Loading weights" in err
+    assert "de-quantizing" in err  # transformers' GGUF reader draws its bar with plain tqdm

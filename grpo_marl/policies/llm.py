@@ -95,8 +95,12 @@ class Generation:
 
 
 def _cache_kwarg(module: nn.Module) -> str:
-    """``cache`` (transformers >= 5.x) or ``past_key_values`` (older), whichever forward takes."""
-    params = inspect.signature(module.forward).parameters
+    """``cache`` (transformers >= 5.x) or ``past_key_values`` (older), whichever forward takes.
+    A peft wrapper's forward passes ``**kwargs`` on to its base model, so the base model decides
+    (asking the wrapper chose ``past_key_values``, which transformers 5.x warns is deprecated)."""
+    get_base = getattr(module, "get_base_model", None)
+    target = get_base() if callable(get_base) else module
+    params = inspect.signature(target.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
@@ -326,14 +330,16 @@ class LLMPolicy(nn.Module):
     ) -> LLMPolicy:
         """Load model + tokenizer from an HF directory, a ``.gguf`` file or a hub name (see
         :func:`grpo_marl.text.loading.load_model`). ``dtype="auto"`` is float32 (see
-        :func:`resolve_dtype`)."""
-        from grpo_marl.text.loading import load_model
+        :func:`resolve_dtype`). Third-party progress bars and warnings (transformers, peft) are kept
+        off the terminal meanwhile (:func:`grpo_marl.text.loading.quiet_third_party`)."""
+        from grpo_marl.text.loading import load_model, quiet_third_party
 
         device = torch.device(device)
         model, tok = load_model(
             str(path), dtype=resolve_dtype(dtype, device), device=device, trust_remote_code=trust_remote_code
         )
-        return cls(model, tok, lora=lora, gradient_checkpointing=gradient_checkpointing)
+        with quiet_third_party():  # peft's warnings when it wraps the model (LoRA)
+            return cls(model, tok, lora=lora, gradient_checkpointing=gradient_checkpointing)
 
     def save_pretrained(self, path: str | Path, *, merge_lora: bool = True) -> Path:
         """Write a plain HF model dir (safetensors + tokenizer + chat template) that

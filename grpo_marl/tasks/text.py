@@ -76,7 +76,8 @@ def throughput_summary(
 
 
 def build_policy(cfg: DictConfig, alphabet: str, device: torch.device) -> LLMPolicy:
-    """Load ``model.path`` or build a tiny model + char tokenizer over the task's alphabet."""
+    """Load ``model.path`` or build a tiny model + char tokenizer over the task's alphabet (either
+    way with third-party progress bars and warnings hidden: :func:`grpo_marl.text.loading.quiet_third_party`)."""
     m = cfg.model
     lora = None
     if bool(m.lora.enabled):
@@ -108,9 +109,12 @@ def build_policy(cfg: DictConfig, alphabet: str, device: torch.device) -> LLMPol
         alphabet=alphabet,
         tie_embeddings=bool(m.get("tie_embeddings", True)),
     )
-    model, tok = build_tiny_lm(tiny, seed=int(cfg.seed))
-    model = model.to(device=device, dtype=resolve_dtype(str(m.dtype), device))
-    return LLMPolicy(model, tok, lora=lora, gradient_checkpointing=bool(m.gradient_checkpointing))
+    from grpo_marl.text.loading import quiet_third_party
+
+    with quiet_third_party():  # transformers' and peft's warnings stay off the terminal, as for a load
+        model, tok = build_tiny_lm(tiny, seed=int(cfg.seed))
+        model = model.to(device=device, dtype=resolve_dtype(str(m.dtype), device))
+        return LLMPolicy(model, tok, lora=lora, gradient_checkpointing=bool(m.gradient_checkpointing))
 
 
 class TextTask(Task):

@@ -9,12 +9,22 @@ trainable model and a run's saved ``model/`` is a plain HF directory (safetensor
 chat template) that reloads with ``model.path=``.
 
 Every failure is one line naming the path (:class:`grpo_marl.errors.ModelPathError`).
+
+Loading runs inside :func:`quiet_third_party`: transformers' and huggingface_hub's progress bars
+("Converting and de-quantizing GGUF tensors...", "Loading weights") and warnings stay off the
+terminal, where they would interleave with the run's own progress bar. ``GRPO_MARL_HF_OUTPUT=1``
+shows them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
+import os
 import re
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +35,9 @@ from grpo_marl.errors import MissingExtraError, ModelPathError
 TEXT_EXTRA = 'pip install -e ".[text]"'
 #: ``name`` or ``org/name``: what a hub id looks like (local paths are tried first).
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+#: Environment variable: ``1`` shows transformers'/huggingface_hub's progress bars and warnings
+#: while a model loads (hidden by default, see :func:`quiet_third_party`).
+SHOW_HF_OUTPUT_ENV = "GRPO_MARL_HF_OUTPUT"
 
 
 def require_transformers(what: str = "text envs") -> None:
@@ -36,6 +49,50 @@ def require_transformers(what: str = "text envs") -> None:
             missing = True
         if missing:
             raise MissingExtraError(f"{what} need the optional 'text' extra ({mod} is not installed): {TEXT_EXTRA}")
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@contextlib.contextmanager
+def quiet_third_party(show: bool | None = None) -> Iterator[None]:
+    """Keep transformers' and huggingface_hub's progress bars, log warnings and Python warnings off
+    the terminal for the duration of the block (a model load), then restore their settings.
+
+    Three switches, because the libraries use three channels: transformers' log verbosity (set to
+    errors), the progress-bar switches of transformers and huggingface_hub (the "Loading weights"
+    bar, downloads), and ``sys.stderr`` itself, redirected to a discarded buffer, for bars that
+    ignore those switches (transformers' GGUF reader draws "Converting and de-quantizing GGUF
+    tensors..." with plain ``tqdm``) and for ``warnings``. Errors still surface: they are raised as
+    exceptions, which :func:`load_model` turns into one line. ``show`` (default: the
+    ``GRPO_MARL_HF_OUTPUT`` environment variable) leaves everything as the libraries set it.
+    """
+    if show is None:
+        show = _truthy(os.environ.get(SHOW_HF_OUTPUT_ENV))
+    if show:
+        yield
+        return
+    import huggingface_hub.utils as hub
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hub_bars = not hub.are_progress_bars_disabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()  # transformers' bars and huggingface_hub's
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()  # also re-enables huggingface_hub's
+        if hub_bars:
+            hub.enable_progress_bars()
+        elif bars:
+            hub.disable_progress_bars()
 
 
 def looks_like_hub_id(path: str) -> bool:
@@ -105,7 +162,8 @@ def load_model(
     trust_remote_code: bool = False,
 ) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from an HF directory, a ``.gguf`` file (or a directory holding one)
-    or a hub name; raises :class:`ModelPathError` with one line when that fails."""
+    or a hub name; raises :class:`ModelPathError` with one line when that fails.
+    Third-party progress bars and warnings are hidden while it loads (:func:`quiet_third_party`)."""
     require_transformers("model.path")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -122,13 +180,19 @@ def load_model(
     else:
         src = str(local) if local.exists() else path
     try:
-        tok = AutoTokenizer.from_pretrained(src, **kw)
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, **kw)
+        with quiet_third_party():
+            tok = AutoTokenizer.from_pretrained(src, **kw)
+            model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, **kw)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = _first_line(exc)
         where = "from the Hugging Face hub (no network?)" if not local.exists() else "as a causal LM"
         raise ModelPathError(f"model.path={path}: could not be loaded {where}: {reason[:300]}") from exc
     if gguf is not None:
         model = make_plain(model)
         model = model.to(dtype)
     return model.to(device), tok
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
