@@ -151,13 +151,43 @@ def test_state_groups_restore_archived_states(vectorization: str) -> None:
         collector.vec.close()
 
 
+def leader_visited(batch: Batch, g: int, item) -> bool:
+    """Whether group ``g``'s first env visited ``item``'s archived observation in ``batch``."""
+    target = torch.as_tensor(item.step.obs[0, 0])
+    return bool((batch["obs"][g * G][batch.mask[g * G]] == target).all(-1).any())
+
+
+def branch_prefix(batch: Batch, item, t0: int) -> float:
+    """The leader's rewards in ``batch`` before it reached ``item`` (its branch started at ``t0``)."""
+    g = next(g for g in range(NG) if leader_visited(batch, g, item))
+    return float(batch["rewards"][g * G, : item.t - t0].sum())
+
+
 def test_state_groups_with_branch_horizon() -> None:
     collector, policy = make_collector("pendulum", mode="state", seed=2, branch_horizon=10)
     batch = collector.collect(policy)
     assert batch.mask.shape[1] == 10 and batch.mask.all()
     assert "rollout/return_mean" not in batch.metrics  # cut rollouts are not whole episodes
+    assert batch.metrics["rollout/episodes_finished"] == 0.0
+    # Each archived state carries its episode's return so far (rollout/return_mean of state groups
+    # adds it to the branch that ends the episode): the return before the branch + the branch's.
+    parents = list(collector.archive)
+    assert parents, "snapshot times fall within the first collection's 10-step branches"
+    for item in parents:  # from a reset: the leader's first t rewards
+        assert item.ret == pytest.approx([branch_prefix(batch, item, 0)], rel=1e-5)
     batch = collector.collect(policy)
     assert batch.mask.shape[1] == 10
+    checked = 0
+    for item in collector.archive:
+        g = next(g for g in range(NG) if leader_visited(batch, g, item))
+        start = torch.as_tensor(batch["obs"][g * G, 0])
+        parent = next((p for p in parents if bool((torch.as_tensor(p.step.obs[0, 0]) == start).all())), None)
+        before = 0.0 if parent is None else float(parent.ret[0])
+        assert item.ret == pytest.approx(
+            [before + branch_prefix(batch, item, 0 if parent is None else parent.t)], rel=1e-5
+        )
+        checked += parent is not None
+    assert checked, "some archived states come from restored branches"
 
 
 class NoSnapshots(VecEnv):

@@ -323,6 +323,8 @@ def test_ppo_cli_run(run_cli, tmp_path: Path) -> None:
         run_dir=run_dir,
     )
     assert "algo=ppo" in proc.stdout
+    # the critic's time input was a read-only numpy broadcast: torch warned on every PPO run
+    assert "not writable" not in proc.stderr and "UserWarning" not in proc.stderr, proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["algo"] == "ppo" and summary["env_steps"] == 1024  # 4 updates of 8 envs x 32 steps
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -145,6 +145,8 @@ class GRPO(Algorithm):
         """The clipped surrogate + KL on one minibatch. Aggregation weights are normalised over
         the whole batch, so a minibatch's are scaled by the number of minibatches."""
         mb = self.rows_with_signal(mb)
+        # Without an entropy bonus the task still returns the entropy where it costs nothing extra
+        # (detached: no backward through it), so train/entropy is the policy's, not a placeholder.
         logp, entropy = self.task.log_prob(self.task.policy, mb, need_entropy=self.cfg.entropy_coef > 0)
         return self.loss_fn(
             logp,

@@ -107,6 +107,12 @@ class Collector:
     def collect(self, policy: ActorPolicy) -> Batch:
         raise NotImplementedError
 
+    def update_steps(self) -> tuple[int, str, bool] | None:
+        """Env steps one collection takes, as ``(steps, how, exact)``: ``how`` says where the
+        number comes from (``"8 envs x 32 steps"``), ``exact`` whether it is the number or only
+        its bound (whole episodes end early). None: no bound is known."""
+        return None
+
     # -- helpers -----------------------------------------------------------------------------------
     def new_seeds(self, n: int) -> np.ndarray:
         return self.rng.integers(0, 2**31 - 1, size=n)

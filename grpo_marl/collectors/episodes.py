@@ -10,6 +10,18 @@ snapshot of a state visited in the previous collection restored into all G (``st
 collection; the next collection restores archived snapshots into most groups and runs each
 branch ``branch_horizon`` steps (or to the end), so start states move through whole episodes at no
 extra "trunk" cost.
+
+``rollout/return_mean`` (with ``_std``, ``_min``, ``_max``, ``length_mean``) is the mean return of
+the episodes that *ended* during the collection: terminated, truncated by the env, or cut at the
+collector's cap (``vec.max_steps``); ``rollout/episodes_finished`` counts them. In ``seed`` /
+``agent`` / ``seed_agent`` modes those are the collection's own episodes. In ``state`` mode a
+branch rarely holds a whole episode (Pendulum: 50-step branches of 200-step episodes): an episode
+ends when a branch reaches the episode's end, and its return is the whole episode's, the rewards
+of the chain of earlier branches (earlier collections, earlier policies) that led to the branch's
+start state plus the branch's own; its length is the episode's. Updates in which no episode ended
+log no return (the first few of a state-group run, while branch start states move toward the
+episode's end). ``rollout/rollout_return_mean`` is the mean return of this collection's rollouts
+(branches, in ``state`` mode), whole or not.
 """
 
 from __future__ import annotations
@@ -36,6 +48,8 @@ class Archived:
     snap: Any
     t: int
     step: Step
+    #: per-agent return of the episode up to ``t`` (None: unknown, checkpoints from before it was kept)
+    ret: np.ndarray | None = None
 
 
 class EpisodeCollector(Collector):
@@ -90,20 +104,24 @@ class EpisodeCollector(Collector):
         self.horizon = int(branch_horizon) if (mode == "state" and branch_horizon) else (self.max_steps or 2**62)
         self.state_reset_frac = float(state_reset_frac)
         self.archive: list[Archived] = []
-        self.prev_len = min(self.max_steps or 50, 50)
+        # snapshot times of the first collection are drawn below this: within the branch it will run
+        self.prev_len = min(self.max_steps or 50, 50, self.horizon)
         self.member_ids = torch.as_tensor(
             arrange_groups("seed" if mode == "state" else mode, num_groups, group_size, groups)
         )
         self._storage: Storage | None = None
 
     # -- collection ------------------------------------------------------------------------------
-    def _start(self) -> tuple[Step, np.ndarray, np.ndarray]:
+    def _start(self) -> tuple[Step, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Reset every env (members of a group share a seed); ``state`` mode restores archived
-        snapshots into most groups. Returns the first step, each env's start time and which
-        groups started from a reset."""
+        snapshots into most groups. Returns the first step, each env's start time, which groups
+        started from a reset, each env's episode return before its start ``[E, A]`` and whether
+        that return is known."""
         g = self.group_size
         step = self.reset(np.repeat(self.new_seeds(self.num_groups), g))
         t0 = np.zeros(self.vec.num_envs, dtype=np.int64)
+        ret0 = np.zeros((self.vec.num_envs, self.vec.layout.num_agents), dtype=np.float64)
+        known = np.ones(self.vec.num_envs, dtype=bool)
         from_reset = np.ones(self.num_groups, dtype=bool)
         if self.mode == "state" and self.archive:
             n_restore = int(round(self.num_groups * (1.0 - self.state_reset_frac)))
@@ -118,9 +136,22 @@ class EpisodeCollector(Collector):
                 for e in members:
                     step.put([e], item.step)
                 t0[members] = item.t
+                prefix = getattr(item, "ret", None)
+                if prefix is None:
+                    known[members] = False
+                else:
+                    ret0[members] = prefix
                 from_reset[grp] = False
             self.vec.restore(idx, snaps)
-        return step, t0, from_reset
+        return step, t0, from_reset, ret0, known
+
+    def update_steps(self) -> tuple[int, str, bool] | None:
+        cap = min(self.horizon, self.max_steps or self.horizon)
+        if cap >= 2**62:
+            return None  # no episode limit (a PettingZoo env that ends by itself)
+        n = self.vec.num_envs
+        what = "branches" if self.mode == "state" else "episodes"
+        return n * cap, f"{n} envs x {what} of up to {cap} steps", False
 
     @torch.no_grad()
     def collect(self, policy: ActorPolicy) -> Batch:
@@ -130,7 +161,7 @@ class EpisodeCollector(Collector):
         st = self._storage
         make_host = getattr(policy, "host_actor", None) if self.host and self.device.type == "cpu" else None
         host = make_host() if make_host is not None else None
-        step, t0, from_reset = self._start()
+        step, t0, from_reset, ret0, known = self._start()
         n_env, g = self.vec.num_envs, self.group_size
         snap_at = np.full(n_env, -1, dtype=np.int64)
         new_archive: list[Archived] = []
@@ -147,7 +178,9 @@ class EpisodeCollector(Collector):
                 due = np.flatnonzero((snap_at == t) & ~step.env_done)
                 if len(due):
                     for e, snap in zip(due, self.vec.snapshot(due.tolist()), strict=True):
-                        new_archive.append(Archived(snap, int(t0[e] + t), step.rows([e])))
+                        # the episode's return so far: before this branch + this branch's first t steps
+                        ret = ret0[e] + (st.rewards[:t, e] * st.alive[:t, e]).sum(0) if known[e] else None
+                        new_archive.append(Archived(snap, int(t0[e] + t), step.rows([e]), ret))
             if t == st.capacity:
                 st.grow()
             if host is not None:  # CPU storage: write through numpy views of its tensors
@@ -180,11 +213,25 @@ class EpisodeCollector(Collector):
             self.archive = new_archive
         self.prev_len = t
         self.total_env_steps += env_steps
-        return self._batch(
-            st, t, env_steps, np.repeat(from_reset, g) & ~alive.any(1), t0, time.perf_counter() - started
-        )
+        # Episodes that ended here: every agent done, or cut at the rollout cap; with a known return
+        # before this collection (0 after a reset, the archived prefix after a restore).
+        ended = ~alive.any(1)
+        if self.max_steps:
+            ended |= t0 + t >= self.max_steps
+        return self._batch(st, t, env_steps, ended & known, t0, ret0, time.perf_counter() - started)
 
-    def _batch(self, st: Storage, t: int, env_steps: int, full: np.ndarray, t0: np.ndarray, seconds: float) -> Batch:
+    def _batch(
+        self,
+        st: Storage,
+        t: int,
+        env_steps: int,
+        full: np.ndarray,
+        t0: np.ndarray,
+        ret0: np.ndarray,
+        seconds: float,
+    ) -> Batch:
+        """The rollout rows; ``full`` marks the envs whose episode ended in this collection, with
+        ``ret0`` its return and ``t0`` its length before the collection (``state`` mode)."""
         n_e, n_a = self.vec.num_envs, self.vec.layout.num_agents
         mask = rows_of(st.alive[:t], self.device)
         rewards = rows_of(st.rewards[:t], self.device) * mask
@@ -216,8 +263,11 @@ class EpisodeCollector(Collector):
             "time/collect_env_sps": env_steps / max(seconds, 1e-9),
         }
         full_t = torch.as_tensor(full)
+        metrics["rollout/episodes_finished"] = float(full.sum())
         if bool(full_t.any()):
-            metrics.update(episode_metrics(returns[full_t], lengths[full_t], self.vec.agents, self.groups, "rollout"))
+            ep_returns = returns[full_t].cpu() + torch.as_tensor(ret0[full], dtype=returns.dtype)
+            ep_lengths = lengths[full_t].cpu() + torch.as_tensor(t0[full], dtype=lengths.dtype)
+            metrics.update(episode_metrics(ep_returns, ep_lengths, self.vec.agents, self.groups, "rollout"))
         if n_a > 1:
             metrics["rollout/team_reward_frac"] = team_reward_fraction(
                 rewards.reshape(n_e, n_a, t).cpu(), mask.reshape(n_e, n_a, t).cpu()

@@ -54,6 +54,10 @@ class StepCollector(Collector):
         self.recent_returns: deque[float] = deque(maxlen=stats_window)
         self.recent_lengths: deque[int] = deque(maxlen=stats_window)
 
+    def update_steps(self) -> tuple[int, str, bool]:
+        n = self.vec.num_envs
+        return n * self.n_steps, f"{n} envs x {self.n_steps} steps", True
+
     @torch.no_grad()
     def collect(self, policy: ActorPolicy) -> Batch:
         started = clock.perf_counter()
@@ -120,15 +124,18 @@ class StepCollector(Collector):
             "truncated": rows_of(truncated, dev),
             "final_obs": rows_of(final_obs, dev),
             "agent": torch.arange(a, device=dev).repeat(n)[:, None].expand(n * a, t_n).contiguous(),
-            "time": rows_of(np.broadcast_to(elapsed[:, :, None], (t_n, n, a)), dev),
+            # broadcast over agents on the torch side: a numpy broadcast is a read-only view, which
+            # torch.from_numpy warns about (the rows are a fresh copy either way)
+            "time": rows_of(torch.from_numpy(elapsed)[:, :, None].expand(t_n, n, a), dev),
             "next_obs": torch.as_tensor(step.obs, device=dev).reshape(n * a, *lay.obs_shape),
             "next_time": torch.as_tensor(np.repeat(self.ep_length / self.horizon, a), device=dev, dtype=torch.float32),
         }
         if masks is not None:
             data["action_mask"] = rows_of(masks, dev)
         if states is not None and final_states is not None and step.state is not None:
-            data["state"] = rows_of(np.broadcast_to(states[:, :, None], (t_n, n, a, lay.state_dim)), dev)
-            data["final_state"] = rows_of(np.broadcast_to(final_states[:, :, None], (t_n, n, a, lay.state_dim)), dev)
+            shape = (t_n, n, a, lay.state_dim)
+            data["state"] = rows_of(torch.from_numpy(states)[:, :, None].expand(shape), dev)
+            data["final_state"] = rows_of(torch.from_numpy(final_states)[:, :, None].expand(shape), dev)
             data["next_state"] = torch.as_tensor(np.repeat(step.state, a, axis=0), device=dev)
         metrics = {
             "rollout/steps": float(n * t_n),

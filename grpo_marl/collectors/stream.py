@@ -162,6 +162,11 @@ class StreamingCollector(Collector):
             self._slot_group[i], self._slot_member[i] = gid, 0
             self._waiting.append(gid)
 
+    def update_steps(self) -> tuple[int, str, bool]:
+        """The first collection's bound: its ``num_groups x G`` episodes start together."""
+        n = self.vec.num_envs
+        return n * self.max_steps, f"{n} envs x episodes of up to {self.max_steps} steps", False
+
     @torch.no_grad()
     def collect(self, policy: ActorPolicy) -> Batch:
         started = time.perf_counter()

@@ -96,11 +96,13 @@ class GRPOLoss(nn.Module):
 
         All tensors share one shape (flat ``[M]`` or ``[B, T]``). ``weights`` are aggregation
         weights (0 at padding); ``mask`` (bool) is optional for GRPO and required by GSPO.
+        ``entropy`` may be detached (a diagnostic only, e.g. with ``entropy_coef=0``); the bonus
+        term is built only when ``entropy_coef`` is non-zero.
 
         Returns:
             dict with differentiable ``loss``, ``loss_policy``, ``loss_kl``, ``loss_entropy``
-            and detached ``clip_fraction``, ``approx_kl``, ``kl``, ``entropy``, ``ratio_mean``,
-            ``ratio_max``.
+            and detached ``clip_fraction``, ``approx_kl``, ``kl``, ``ratio_mean``, ``ratio_max``,
+            plus ``entropy`` when one was passed (no entropy, no key: never a placeholder 0).
         """
         shape = logp.shape
         named = {"old_logp": old_logp, "advantages": advantages, "weights": weights}
@@ -140,7 +142,7 @@ class GRPOLoss(nn.Module):
         else:
             loss_kl = zero
 
-        if entropy is not None:
+        if entropy is not None and self.entropy_coef != 0.0:
             loss_entropy = -self.entropy_coef * (weights * entropy).sum()
         else:
             loss_entropy = zero
@@ -168,10 +170,12 @@ class GRPOLoss(nn.Module):
                 "clip_fraction": _weighted_mean(weights, is_clipped.to(weights.dtype)),
                 "approx_kl": _weighted_mean(weights, (ratio_d - 1.0) - lr_d),
                 "kl": _weighted_mean(weights, kl_tok) if kl_tok is not None else zero_d,
-                "entropy": _weighted_mean(weights, entropy) if entropy is not None else zero_d,
                 "ratio_mean": _weighted_mean(weights, ratio_d),
                 "ratio_max": ratio_max.detach(),
             }
+            if entropy is not None:
+                # only a measured entropy is reported: never a placeholder 0
+                stats["entropy"] = _weighted_mean(weights, entropy.detach())
 
         return {
             "loss": loss,

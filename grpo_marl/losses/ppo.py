@@ -74,7 +74,7 @@ class PPOLoss(nn.Module):
         Returns:
             differentiable ``loss``, ``loss_policy``, ``loss_value`` (already times ``vf_coef``),
             ``loss_entropy``; detached ``value_mse``, ``clip_fraction``, ``approx_kl``,
-            ``entropy``, ``ratio_mean``, ``ratio_max``, ``value_clip_fraction``.
+            ``ratio_mean``, ``ratio_max``, ``value_clip_fraction`` and ``entropy`` (when passed).
         """
         shape = logp.shape
         for name, t in (
@@ -106,7 +106,6 @@ class PPOLoss(nn.Module):
                 "value_mse": value_mse.detach(),
                 "clip_fraction": ((r - 1.0).abs() > eps).float().mean(),
                 "approx_kl": ((r - 1.0) - log_ratio.detach()).mean(),
-                "entropy": entropy.detach().mean() if entropy is not None else zero.detach(),
                 "ratio_mean": r.mean(),
                 "ratio_max": r.max() if r.numel() else zero.detach(),
                 "value_clip_fraction": (
@@ -115,6 +114,8 @@ class PPOLoss(nn.Module):
                     else zero.detach()
                 ),
             }
+            if entropy is not None:  # only a measured entropy is reported, never a placeholder 0
+                stats["entropy"] = entropy.detach().mean()
         return {
             "loss": loss,
             "loss_policy": loss_policy,

@@ -52,13 +52,23 @@ class Task:
     def log_prob(
         self, policy: nn.Module, mb: dict[str, Tensor], need_entropy: bool = True
     ) -> tuple[Tensor, Tensor | None]:
-        """Differentiable log-probs (and entropies) of ``mb``'s actions under ``policy``."""
+        """Differentiable log-probs (and entropies) of ``mb``'s actions under ``policy``.
+
+        ``need_entropy=False``: no gradient is needed through the entropy; return it detached
+        (a diagnostic: ``train/entropy``) when the forward computes it anyway, else None (the
+        loss then logs no entropy rather than a placeholder 0)."""
         raise NotImplementedError
 
     def evaluate(self, policy: nn.Module, episodes: int, seed_offset: int = 0) -> dict[str, float]:
         raise NotImplementedError
 
     # -- optional hooks ------------------------------------------------------------------------
+    def update_steps(self) -> tuple[int, str, bool] | None:
+        """Env steps (completions, for text) one update collects on this process, as ``(steps,
+        how, exact)`` (``exact`` False: an upper bound); None when unknown. The trainer warns at
+        start when ``total_steps`` is below it (updates are never cut short)."""
+        return None
+
     def reference_policy(self) -> nn.Module:
         """A frozen copy of the policy for the KL term (LLM tasks share the base weights)."""
         ref = copy.deepcopy(self.policy)

@@ -201,6 +201,9 @@ class ControlTask(Task):
         self.collector.total_env_steps = int(steps)
 
     # -- data --------------------------------------------------------------------------------------
+    def update_steps(self) -> tuple[int, str, bool] | None:
+        return self.collector.update_steps()
+
     def collect(self, policy: ActorPolicy) -> Batch:  # type: ignore[override]
         return self.collector.collect(policy)
 
@@ -221,7 +224,9 @@ class ControlTask(Task):
             None if mask is None else mask.reshape(-1, mask.shape[-1]),
         )
         logp, ent = logp.reshape(lead), ent.reshape(lead)
-        return logp, ent if need_entropy else None
+        # The actor computes the entropy in the same forward: without a bonus it is still returned,
+        # detached (no backward through it), so train/entropy reports the policy's real entropy.
+        return logp, ent if need_entropy else ent.detach()
 
     def end_update(self, batch: Batch) -> None:
         """Update observation statistics *after* the update, so old and new log-probs of this
