@@ -2,7 +2,9 @@
 
 ``metrics.jsonl`` is the machine-readable record (benchmarks read it); every line carries
 ``step`` (env steps) and namespaced metrics. On resume it is truncated to the checkpoint's step
-so the file never holds the same step twice.
+so the file never holds the same step twice, and TensorBoard drops the points after that step
+(``purge_step`` = the first step after the checkpoint): both keep every point up to and
+including the checkpoint's step, and the resumed run's points follow without duplicates.
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ class RunLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=resume_step)
+            # purge_step drops events at steps >= it: the checkpoint's own step was logged before
+            # the checkpoint was written and is kept (as in metrics.jsonl), what follows it goes.
+            purge = None if resume_step is None else int(resume_step) + 1
+            self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=purge)
         if progress:
             from tqdm.auto import tqdm
 

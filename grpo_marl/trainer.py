@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,31 @@ def lr_factor(schedule: str, progress: float) -> float:
     return 1.0
 
 
+def budget_note(total: int, per_update: tuple[int, str, bool] | None, world: int = 1) -> str | None:
+    """One line for a ``total_steps`` below one update's collection (``per_update``: a
+    collector's ``update_steps()``, on one of ``world`` ranks), else None. Updates are never cut
+    short, so such a run silently did a whole update (``pz:sisl/pursuit-v5 total_steps=3000``: 64
+    envs x 500-step episodes = 32,000 steps). Episode collectors know only a bound (episodes may
+    end early), and the note says so."""
+    if per_update is None:
+        return None
+    steps, how, exact = per_update
+    steps *= world
+    if world > 1:
+        how += f" on each of {world} ranks"
+    if total >= steps:
+        return None
+    if exact:
+        return (
+            f"note: total_steps={total:,} is less than one update's collection ({how} = {steps:,} env steps); "
+            f"the run will do one update of {steps:,} steps"
+        )
+    return (
+        f"note: total_steps={total:,} is less than one update can collect (up to {steps:,} env steps: {how}); "
+        f"updates are never cut short, so the run does at least one whole update, of up to {steps:,} steps"
+    )
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process and of its finished children (worker processes of
     the vector env), in MB: what a run needs of the machine, reported in every summary."""
@@ -164,8 +190,13 @@ class Trainer:
         self.eval_seconds = 0.0
         self.train_time_to_threshold: float | None = None
         self.last_eval: dict[str, float] = {}
+        self.final_logged_at: int | None = None  # env steps of the final evaluation in the logs
         self._steps = 0  # global env steps after the last update (no collective needed to read)
         resume_step = None
+        if self.is_main and not resume:
+            note = budget_note(int(cfg.total_steps), self.task.update_steps(), self.ctx.world_size)
+            if note:
+                print(note, file=sys.stderr, flush=True)
         if resume:
             # On the CPU: RNG states must stay CPU tensors; load_state_dict copies weights to the device.
             resume_step = self._restore(load_checkpoint(checkpoint_path(self.run_dir), "cpu"))
@@ -310,25 +341,42 @@ class Trainer:
         with self._amp():
             self.last_eval = self._evaluate(int(self.cfg.eval.episodes))
         self.eval_seconds += time.perf_counter() - t_eval
-        out = dict(self.last_eval)
+        return {**self.last_eval, **self._check_threshold(self.last_eval, steps, start, train_s)}
+
+    def _check_threshold(
+        self, evaluation: dict[str, float], steps: int, start: float, train_s: float
+    ) -> dict[str, float]:
+        """Record the threshold's first crossing by ``evaluation`` (at ``steps``); returns the
+        ``eval/threshold_reached`` marker when this is it."""
         if (
             self.threshold is not None
             and self.steps_to_threshold is None
-            and self.last_eval[self.task.threshold_metric] >= float(self.threshold)
+            and evaluation[self.task.threshold_metric] >= float(self.threshold)
         ):
             self.steps_to_threshold = steps
             self.time_to_threshold = time.perf_counter() - start
             self.train_time_to_threshold = train_s
-            out["eval/threshold_reached"] = 1.0
-        return out
+            return {"eval/threshold_reached": 1.0}
+        return {}
 
     def fit(self) -> dict[str, Any]:
-        """Train until ``total_steps`` env steps (or the threshold, if asked); return the summary."""
+        """Train until ``total_steps`` env steps (or the threshold, if asked); return the summary.
+
+        One evaluation per step in the logs: the update that reaches ``total_steps`` is logged
+        together with the final evaluation, as one record (each step once in ``metrics.jsonl``,
+        each key once per step in TensorBoard), and a periodic evaluation due at that update is
+        not run: the final evaluation (``eval.final_episodes``) stands in for it, threshold check
+        included. A run stopped by ``train.stop_on_threshold`` keeps the periodic evaluation that
+        stopped it on its curve; its final evaluation goes to ``summary.json`` only.
+        """
         cfg = self.cfg
         total = int(cfg.total_steps)
         start = time.perf_counter() - self.wall_offset
         status = "completed"
         self._steps = self.env_steps
+        pending: dict[str, float] | None = None  # the last update's record, logged with the final evaluation
+        final_due = False  # a periodic evaluation was due at the last update: the final one replaces it
+        train_s = 0.0
         try:
             if bool(cfg.eval.get("at_start", False)) and self.updates == 0 and self.is_main:
                 # the untrained policy's figure, on the curve at step 0 (a resumed run has it)
@@ -381,17 +429,22 @@ class Trainer:
                 train_s = now - start - self.eval_seconds  # this update's end, evaluations excluded
                 metrics["time/eval_s"] = self.eval_seconds
                 metrics["time/train_s"] = train_s
+                ending = steps >= total
                 if self.next_eval is not None and steps >= self.next_eval:
                     while self.next_eval <= steps:
                         self.next_eval += int(cfg.eval.every_steps)
-                    if self.is_main:
+                    final_due = ending
+                    if self.is_main and not ending:
                         metrics.update(self._periodic_eval(steps, start, train_s))
-                if self.updates % int(cfg.log.every) == 0 or "eval/return_mean" in metrics:
+                if ending:
+                    pending = metrics
+                elif self.updates % int(cfg.log.every) == 0 or "eval/return_mean" in metrics:
                     self.logger.log(steps, metrics)
                 stop = bool(cfg.train.stop_on_threshold) and self.steps_to_threshold is not None
                 stop = dist.any_flag(stop, self.ctx)
                 every = int(cfg.checkpoint.every)
-                if every > 0 and self.updates % every == 0 and not stop:
+                # (the last update is saved after the final evaluation, with its record logged)
+                if every > 0 and self.updates % every == 0 and not stop and not ending:
                     self.save(time.perf_counter() - start)
                 if stop:
                     status = "threshold_reached"
@@ -404,12 +457,24 @@ class Trainer:
             self._write_summary({"status": "failed", "error": str(exc), "env_steps": self._steps})
             raise
         wall = time.perf_counter() - start
-        self.save(wall)
         final: dict[str, Any] = {}
+        record = dict(pending or {})
         if self.is_main and status != "interrupted":
             with self._amp():
                 final = self._evaluate(int(cfg.eval.get("final_episodes") or cfg.eval.episodes), seed_offset=500)
-            self.logger.log(self._steps, final)
+            record.update(final)
+            if final_due:
+                record.update(self._check_threshold(final, self._steps, start, train_s))
+                if bool(cfg.train.stop_on_threshold) and self.steps_to_threshold is not None:
+                    status = "threshold_reached"
+        # Logged unless this step already shows an evaluation: the periodic one that stopped the
+        # run at its threshold (the final one then goes to summary.json only), or the final one of
+        # the run this one resumed with nothing left to train.
+        if pending is not None or (record and status != "threshold_reached" and self.final_logged_at != self._steps):
+            self.logger.log(self._steps, record)
+        if final:
+            self.final_logged_at = self._steps
+        self.save(wall)
         artifacts = self.task.finish(self.run_dir, self.is_main)
         self.logger.close()
         dist.dump_param_hash(self.modules.values(), self.ctx, {"updates": self.updates, "env_steps": self._steps})
@@ -468,6 +533,7 @@ class Trainer:
                 "eval_seconds": self.eval_seconds,
                 "train_time_to_threshold": self.train_time_to_threshold,
                 "world_size": self.ctx.world_size,
+                "final_logged_at": self.final_logged_at,
             },
             "config": OmegaConf.to_container(self.cfg, resolve=True),
         }
@@ -504,6 +570,7 @@ class Trainer:
         self.time_to_threshold = c["time_to_threshold"]
         self.eval_seconds = float(c.get("eval_seconds", 0.0))  # checkpoints written before it was kept
         self.train_time_to_threshold = c.get("train_time_to_threshold")
+        self.final_logged_at = c.get("final_logged_at")
         return int(c["env_steps"])
 
     def close(self) -> None:
