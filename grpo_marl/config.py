@@ -190,7 +190,8 @@ def resolve_config(cfg: DictConfig, overrides: list[str] | None = None) -> DictC
             out = OmegaConf.merge(out, OmegaConf.create(defaults))
         except Exception as exc:  # struct-mode key errors from a bad defaults dict
             raise ConfigError(f"env {spec.name!r} has invalid tuned defaults: {exc}") from exc
-    for key in user_override_keys(overrides or []):
+    user_keys = user_override_keys(overrides or [])
+    for key in user_keys:
         value = OmegaConf.select(cfg, key, throw_on_missing=False)
         with open_dict(out):
             OmegaConf.update(out, key, value, merge=False, force_add=True)
@@ -198,9 +199,29 @@ def resolve_config(cfg: DictConfig, overrides: list[str] | None = None) -> DictC
         out.env_kind = spec.kind
         if out.train.threshold is None and spec.threshold is not None:
             out.train.threshold = float(spec.threshold)
+        tuned = "eval.every_steps" in user_keys or "eval" in user_keys
+        tuned = tuned or OmegaConf.select(OmegaConf.create(defaults or {}), "eval.every_steps") is not None
+        if not tuned:
+            derive_eval_interval(out)
     derive_sizes(out)
     validate(out)
     return out
+
+
+#: Periodic evaluations a run gets when its env has a threshold and nobody chose an interval.
+DERIVED_EVALUATIONS = 10
+
+
+def derive_eval_interval(cfg: DictConfig) -> None:
+    """``eval.every_steps`` for a run with a threshold whose interval neither the user nor the
+    env's tuned defaults set (``gym:<id>`` with a ``reward_threshold``, ``module:factory``, envs
+    registered without defaults): ``total_steps / 10``, so ``steps_to_threshold`` is measured
+    (with the config file's 0 only the final evaluation would run, and it never records the
+    threshold's crossing). An explicit ``eval.every_steps=0`` keeps final-only evaluation."""
+    total = _int_or_none(cfg.get("total_steps"))
+    if cfg.train.threshold is None or _int_or_none(cfg.eval.every_steps) != 0 or not total or total <= 0:
+        return
+    cfg.eval.every_steps = max(1, total // DERIVED_EVALUATIONS)
 
 
 def derive_sizes(cfg: DictConfig) -> None:
