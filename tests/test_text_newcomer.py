@@ -1,11 +1,15 @@
 """The text path as a new user meets it: ``env=text_jsonl`` with a real (tokenizer-bearing) model
-gets a completion budget that fits its answers in tokens, and loading a model keeps third-party
-progress bars and warnings off the terminal. Real tiny models (a Llama written to ``.gguf``, a char-tokenizer GPT-2)."""
+gets a completion budget that fits its answers in tokens, loading a model keeps third-party
+progress bars and warnings off the terminal, and a missing package of the ``text`` extra is one
+line naming the extra. Real tiny models (a Llama written to ``.gguf``, a char-tokenizer GPT-2)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -124,3 +128,30 @@ def test_model_loading_keeps_third_party_bars_and_warnings_off_stderr(
     if before[1]:  # transformers' bars are on in this environment (not HF_HUB_DISABLE_PROGRESS_BARS)
         assert "Loading weights" in err
     assert "de-quantizing" in err  # transformers' GGUF reader draws its bar with plain tqdm
+
+
+def test_missing_accelerate_for_a_gguf_names_the_text_extra(gguf_path: Path, tmp_path: Path) -> None:
+    """A real interpreter in which accelerate cannot be imported (``sys.modules`` entry None, set
+    before transformers is imported): the run stops before building anything, in one line."""
+    data = _jsonl(tmp_path / "d.jsonl", ANSWERS)
+    args = [
+        "env=text_jsonl",
+        f"+env_kwargs.path={data}",
+        f"model.path={gguf_path}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "log.progress=false",
+    ]
+    code = (
+        "import runpy, sys; sys.modules['accelerate'] = None; "
+        f"sys.argv = ['grpo_marl.train', *{args!r}]; runpy.run_module('grpo_marl.train', run_name='__main__')"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if "accelerate" in x]
+    assert len(lines) == 1, proc.stderr
+    assert "needs the optional 'text' extra (accelerate is not installed)" in lines[0]
+    assert 'pip install -e ".[text]"' in lines[0]
+    assert not (tmp_path / "run" / "summary.json").exists()

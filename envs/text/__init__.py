@@ -260,12 +260,13 @@ def _resolve_paths(cfg: DictConfig) -> None:
 def text_config_errors(cfg: DictConfig) -> list[str]:
     """Validation of the ``model``/``text`` sections for text envs (registered by envs.text).
 
-    Runs before anything is built: a missing ``text`` extra is reported with its install command,
-    paths are checked and made absolute (see :func:`_resolve_paths`)."""
+    Runs before anything is built: a missing ``text`` extra (or, for a ``.gguf`` model, its gguf and
+    accelerate packages) is reported with its install command, paths are checked and made absolute
+    (see :func:`_resolve_paths`)."""
     if cfg.get("env_kind") != "text":
         return []
     from grpo_marl.errors import ModelPathError
-    from grpo_marl.text.loading import check_model_path, require_transformers
+    from grpo_marl.text.loading import check_model_path, is_gguf_path, require_gguf_support, require_transformers
 
     require_transformers(f"env={cfg.env} (a text env)")
     errors: list[str] = []
@@ -279,6 +280,8 @@ def text_config_errors(cfg: DictConfig) -> list[str]:
             problem = check_model_path(str(m.path))
             if problem:
                 errors.append(problem)
+            elif is_gguf_path(str(m.path)):
+                require_gguf_support(str(m.path))  # gguf + accelerate, named with the extra, before anything is built
     if str(cfg.env) == "text_jsonl" and not (cfg.get("env_kwargs") or {}).get("path"):
         errors.append(
             "env=text_jsonl needs the prompt file: add +env_kwargs.path=data.jsonl (one JSON object per line "

@@ -8,7 +8,9 @@ is a plain tensor by then. :func:`load_model` drops that marker, so the result i
 trainable model and a run's saved ``model/`` is a plain HF directory (safetensors + tokenizer +
 chat template) that reloads with ``model.path=``.
 
-Every failure is one line naming the path (:class:`grpo_marl.errors.ModelPathError`).
+Every failure is one line naming the path (:class:`grpo_marl.errors.ModelPathError`); a missing
+package of the ``text`` extra (transformers, tokenizers, and for ``.gguf`` files gguf and
+accelerate) is a :class:`grpo_marl.errors.MissingExtraError` naming the extra.
 
 Loading runs inside :func:`quiet_third_party`: transformers' and huggingface_hub's progress bars
 ("Converting and de-quantizing GGUF tensors...", "Loading weights") and warnings stay off the
@@ -49,6 +51,30 @@ def require_transformers(what: str = "text envs") -> None:
             missing = True
         if missing:
             raise MissingExtraError(f"{what} need the optional 'text' extra ({mod} is not installed): {TEXT_EXTRA}")
+
+
+def require_gguf_support(path: str) -> None:
+    """Raise :class:`MissingExtraError` naming the ``text`` extra when a ``.gguf`` file cannot be
+    read: transformers needs the ``gguf`` package to parse it and ``accelerate`` to build the model
+    (at the versions transformers asks for). Without this, transformers fails half-way through the
+    load with ``accelerate is required when loading a GGUF file``, naming no extra."""
+    require_transformers(f"model.path={path}")
+    from transformers.utils import import_utils as iu
+
+    for mod, available, floor in (
+        ("gguf", iu.is_gguf_available, getattr(iu, "GGUF_MIN_VERSION", None)),
+        ("accelerate", iu.is_accelerate_available, getattr(iu, "ACCELERATE_MIN_VERSION", None)),
+    ):
+        if available():
+            continue
+        try:
+            installed = importlib.util.find_spec(mod) is not None
+        except ValueError:  # a module set to None in sys.modules (blocked)
+            installed = False
+        why = f"{mod} is older than transformers needs ({mod}>={floor})" if installed else f"{mod} is not installed"
+        raise MissingExtraError(
+            f"model.path={path}: reading a .gguf file needs the optional 'text' extra ({why}): {TEXT_EXTRA}"
+        )
 
 
 def _truthy(value: str | None) -> bool:
@@ -126,6 +152,15 @@ def resolve_model_path(path: str) -> str:
     return path
 
 
+def is_gguf_path(path: str) -> bool:
+    """True when ``model.path`` names a ``.gguf`` file or a directory holding ``.gguf`` files (and no
+    config.json): a model transformers reads with its GGUF loader."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return p.suffix == ".gguf"
+    return p.is_dir() and not (p / "config.json").exists() and any(p.glob("*.gguf"))
+
+
 def _gguf_file(path: Path) -> Path | None:
     if path.is_file() and path.suffix == ".gguf":
         return path
@@ -162,7 +197,8 @@ def load_model(
     trust_remote_code: bool = False,
 ) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from an HF directory, a ``.gguf`` file (or a directory holding one)
-    or a hub name; raises :class:`ModelPathError` with one line when that fails.
+    or a hub name; raises :class:`ModelPathError` with one line when that fails, and
+    :class:`MissingExtraError` naming the ``text`` extra when a package it needs is missing.
     Third-party progress bars and warnings are hidden while it loads (:func:`quiet_third_party`)."""
     require_transformers("model.path")
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -174,8 +210,7 @@ def load_model(
     gguf = _gguf_file(local) if local.exists() else None
     kw: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if gguf is not None:
-        if importlib.util.find_spec("gguf") is None:
-            raise MissingExtraError(f"model.path={path}: reading .gguf files needs the 'gguf' package: {TEXT_EXTRA}")
+        require_gguf_support(path)
         src, kw["gguf_file"] = str(gguf.parent), gguf.name
     else:
         src = str(local) if local.exists() else path
@@ -183,6 +218,11 @@ def load_model(
         with quiet_third_party():
             tok = AutoTokenizer.from_pretrained(src, **kw)
             model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, **kw)
+    except ImportError as exc:  # a package transformers needs for this model (not ours to name)
+        raise MissingExtraError(
+            f"model.path={path}: transformers needs a package that is not installed to load it: {_first_line(exc)} "
+            f"(grpo_marl's own come with the 'text' extra: {TEXT_EXTRA})"
+        ) from exc
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         reason = _first_line(exc)
         where = "from the Hugging Face hub (no network?)" if not local.exists() else "as a causal LM"
