@@ -211,9 +211,17 @@ def _gym_spec(name: str) -> EnvSpec:
 
     gym_id = name[len("gym:") :]
     try:
-        gym.spec(gym_id)
+        gym_spec = gym.spec(gym_id)
     except Exception as exc:  # gymnasium raises NameNotFound / VersionNotFound / etc.
+        namespace = gym_id.split("/", 1)[0] if "/" in gym_id else None
+        if namespace in GYM_NAMESPACE_PACKAGES:
+            package = GYM_NAMESPACE_PACKAGES[namespace]
+            raise MissingExtraError(
+                f"env {name!r}: Gymnasium's {namespace} envs are registered by the {package} package, which is not "
+                f"installed; pip install {package}"
+            ) from exc
         raise UnknownEnvError(f"env {name!r}: Gymnasium has no id {gym_id!r} ({exc})") from exc
+    _check_gym_dependencies(name, str(gym_spec.entry_point))
     # Reuse the tuned defaults of a built-in alias of the same id, if there is one.
     for spec in _REGISTRY.values():
         if spec.gym_id == gym_id:
@@ -228,6 +236,41 @@ def _gym_spec(name: str) -> EnvSpec:
             )
     threshold = gym.spec(gym_id).reward_threshold
     return register_env(name, kind="gymnasium", gym_id=gym_id, threshold=threshold)
+
+
+#: Gymnasium id namespaces whose envs another package registers -> that package.
+GYM_NAMESPACE_PACKAGES = {"ALE": "ale-py"}
+#: Gymnasium env families (``gymnasium.envs.<family>``) -> the install command of their dependencies.
+GYM_FAMILY_INSTALL = {
+    "box2d": 'pip install -e ".[box2d]" (or pip install "grpo_marl[box2d]")',
+    "mujoco": 'pip install "gymnasium[mujoco]"',
+}
+
+
+def _check_gym_dependencies(name: str, entry_point: str) -> None:
+    """Import the env's module (cheap, nothing is built) so a missing dependency (Box2D, MuJoCo, ...)
+    stops the run before anything is built, with this project's install command rather than a
+    traceback from inside the first ``gym.make``."""
+    module_name = entry_point.partition(":")[0]
+    if not module_name or not module_name.startswith("gymnasium.envs."):
+        return  # a third-party entry point: importing it may have side effects; gym.make reports
+    from gymnasium.error import DependencyNotInstalled
+
+    try:
+        importlib.import_module(module_name)
+    except (DependencyNotInstalled, ImportError) as exc:
+        family = module_name.split(".")[2]
+        install = GYM_FAMILY_INSTALL.get(family, f'pip install "gymnasium[{family}]"')
+        reason = str(exc).split(",")[0].strip() or type(exc).__name__
+        raise MissingExtraError(f"env {name!r} needs Gymnasium's {family} dependencies ({reason}): {install}") from exc
+
+
+def _pz_family_install(family: str) -> str:
+    if family in ("butterfly", "sisl"):
+        from grpo_marl.marl.preprocess import EXTRA
+
+        return f'pip install -e ".[{EXTRA}]" (or pip install "grpo_marl[{EXTRA}]")'
+    return f"pip install 'pettingzoo[{family}]'"
 
 
 def _pz_spec(name: str) -> EnvSpec:
@@ -257,16 +300,18 @@ def _pz_spec(name: str) -> EnvSpec:
                 "(list them with: python -c 'import pettingzoo; pettingzoo.pprint_registry()')"
             ) from exc
         parallel = False
+    # Importing the env's module builds nothing, and a missing dependency (pymunk, Box2D, the ALE)
+    # stops here with the install command instead of inside the first env constructor.
+    module_name, _, _ = str(pz_spec.entry_point).partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        family = env_id.split("/", 1)[0]
+        raise MissingExtraError(
+            f"env {name!r} needs PettingZoo's {family} dependencies ({exc}): {_pz_family_install(family)}"
+        ) from exc
     if not parallel:
         # aec_to_parallel needs every agent to act in every step; turn-based games cannot.
-        module_name, _, _ = str(pz_spec.entry_point).partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            family = env_id.split("/", 1)[0]
-            raise MissingExtraError(
-                f"env {name!r} needs PettingZoo's {family} dependencies ({exc}): pip install 'pettingzoo[{family}]'"
-            ) from exc
         metadata_ = getattr(getattr(module, "raw_env", None), "metadata", None) or {}
         if not metadata_.get("is_parallelizable", False):
             raise UserInputError(

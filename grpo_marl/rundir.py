@@ -75,6 +75,64 @@ class RunDirLock:
             self._file = None
 
 
+def check_free(run_dir: str | Path, resume: bool) -> None:
+    """Raise :class:`RunDirError` when :func:`claim` would refuse ``run_dir``, writing nothing.
+
+    The CLI calls this before Hydra creates the run directory and writes ``.hydra/`` into it, so a
+    refused run leaves a directory exactly as it found it.
+    """
+    import fcntl
+
+    run_dir = Path(run_dir)
+    lock = run_dir / LOCK_NAME
+    if lock.exists():
+        with open(lock) as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                owner = f.read().strip() or "another process"
+                raise RunDirError(
+                    f"run directory {run_dir} is in use by a run still training ({owner}); wait for it to end, "
+                    "or pass another directory (hydra.run.dir=...)"
+                ) from None
+    if not resume and run_dir.is_dir():
+        held = existing_run(run_dir)
+        if held is not None:
+            raise RunDirError(
+                f"run directory {run_dir} already holds a run ({held}); continue it with resume={run_dir}, "
+                "or start a new run in another directory (hydra.run.dir=...)"
+            )
+
+
+#: What Hydra and the lock put into a run directory before the run itself writes anything.
+SETUP_FILES = frozenset({".hydra", "train.log", LOCK_NAME})
+
+
+def discard_unused(run_dir: str | Path) -> bool:
+    """Remove a run directory that holds only Hydra's setup files (a run refused with exit 2 after
+    Hydra created it), and its parents left empty up to ``runs/``. Returns whether it was removed."""
+    import shutil
+
+    run_dir = Path(run_dir)
+    try:
+        names = {p.name for p in run_dir.iterdir()}
+    except OSError:
+        return False
+    log = run_dir / "train.log"
+    if not names <= SETUP_FILES or (log.exists() and log.stat().st_size > 0):
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    if "runs" in run_dir.parent.parts:  # Hydra's default layout runs/<env>/...: its empty parents too
+        for parent in run_dir.parents:
+            try:
+                parent.rmdir()  # only when empty
+            except OSError:
+                break
+            if parent.name == "runs":
+                break
+    return True
+
+
 def claim(run_dir: str | Path, resume: bool) -> RunDirLock:
     """Lock ``run_dir`` for this run; a fresh run also needs a directory that holds no run yet."""
     run_dir = Path(run_dir)

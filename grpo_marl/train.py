@@ -45,7 +45,8 @@ ERROR_LOG = "error.log"
 
 
 # -- resume ----------------------------------------------------------------------------------------
-def _resume_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, Path]:
+def _resume_config(cfg: DictConfig, overrides: list[str], dry: bool = False) -> tuple[DictConfig, Path]:
+    """The saved run's config with the few keys a resume may change; ``dry``: check only (nothing moved)."""
     run_dir = Path(str(cfg.resume)).expanduser()
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.exists():
@@ -72,11 +73,11 @@ def _resume_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, P
             OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
         saved.resume = str(run_dir)
     config_mod.validate(saved)
-    _pick_checkpoint(saved, run_dir)
+    _pick_checkpoint(saved, run_dir, dry=dry)
     return saved, run_dir
 
 
-def _pick_checkpoint(cfg: DictConfig, run_dir: Path) -> None:
+def _pick_checkpoint(cfg: DictConfig, run_dir: Path, dry: bool = False) -> None:
     """Make ``last.pt`` a usable checkpoint of this run before the trainer loads it.
 
     A truncated, corrupt or foreign ``last.pt`` is reported by name and moved aside (``last.pt.bad``,
@@ -105,7 +106,7 @@ def _pick_checkpoint(cfg: DictConfig, run_dir: Path) -> None:
             + "\n  - ".join(problems)
             + "\nstart a new run instead (another hydra.run.dir)"
         )
-    if chosen != last:
+    if chosen != last and not dry:
         if last.exists():
             os.replace(last, last.with_name(last.name + ".bad"))
         tmp = last.with_name(".last.pt.restore.tmp")
@@ -177,15 +178,9 @@ def run(cfg: DictConfig, overrides: list[str], run_dir: Path) -> dict:
     """Resolve, validate, claim the run dir and train. Returns the summary (``status`` may be
     ``interrupted``); raises :class:`UserInputError` before anything was built, anything else after."""
     from grpo_marl import rundir
-    from grpo_marl.tasks import check_extras
     from grpo_marl.trainer import Trainer
 
-    resume = bool(cfg.resume)
-    if resume:
-        cfg, run_dir = _resume_config(cfg, overrides)
-    else:
-        cfg = config_mod.resolve_config(cfg, overrides)
-    check_extras(cfg)
+    cfg, run_dir, resume = prepare(cfg, overrides, run_dir)
     lock = rundir.claim(run_dir, resume=resume) if dist.env_rank() == 0 else None
     try:
         stopper = _StopOnSignal()
@@ -205,6 +200,21 @@ def run(cfg: DictConfig, overrides: list[str], run_dir: Path) -> dict:
     finally:
         if lock is not None:
             lock.release()
+
+
+def prepare(cfg: DictConfig, overrides: list[str], run_dir: Path, dry: bool = False) -> tuple[DictConfig, Path, bool]:
+    """The run's final config, its directory and whether it resumes; raises :class:`UserInputError`
+    for anything that must refuse the run (values, keys, env, extras, the ``resume=`` directory).
+    ``dry``: check only, move no checkpoint file (the CLI's :func:`preflight`)."""
+    from grpo_marl.tasks import check_extras
+
+    resume = bool(cfg.resume)
+    if resume:
+        cfg, run_dir = _resume_config(cfg, overrides, dry=dry)
+    else:
+        cfg = config_mod.resolve_config(cfg, overrides)
+    check_extras(cfg)
+    return cfg, run_dir, resume
 
 
 def _print_summary(summary: dict, run_dir: Path) -> None:
@@ -308,6 +318,10 @@ def _run_cli(cfg: DictConfig, overrides: list[str], run_dir: Path) -> None:
     except UserInputError as exc:
         if _debug():
             traceback.print_exc()
+        if dist.env_rank() == 0 and not _PREEXISTING_DIR and not cfg.get("resume"):
+            from grpo_marl.rundir import discard_unused
+
+            discard_unused(run_dir)  # what Hydra created for a run that never started
         _fail(f"error: {where}{exc}", EXIT_INPUT)
     except KeyboardInterrupt as exc:  # a second signal: abort without waiting for the update to end
         signum = signal.SIGTERM if "SIGTERM" in str(exc) else signal.SIGINT
@@ -345,6 +359,79 @@ def _run_cli(cfg: DictConfig, overrides: list[str], run_dir: Path) -> None:
 
 
 _STARTED = False  # set once Hydra composed the config and called :func:`hydra_main`
+_PREEXISTING_DIR = False  # hydra.run.dir named a directory that existed before this command
+
+
+def _is_hydra_arg(arg: str) -> bool:
+    key = arg.lstrip("+~").split("=", 1)[0]
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
+
+
+def _hydra_value(args: list[str], key: str) -> str | None:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for arg in reversed(args):
+        if arg.lstrip("+").startswith(f"{key}="):
+            try:
+                return str(OverridesParser.create().parse_override(arg).value())
+            except Exception:  # noqa: BLE001  (Hydra reports an unparsable override itself)
+                return None
+    return None
+
+
+def _quote(value: str) -> str:
+    """``value`` as one quoted Hydra override value (any characters, spaces and non-ASCII included)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def preflight(args: list[str]) -> list[str]:
+    """Refuse a wrong command before Hydra creates a run directory; return extra Hydra overrides.
+
+    Hydra creates ``runs/<env>/<algo>_seed<seed>_<time>/`` with ``.hydra/`` and ``train.log`` before
+    the task function runs, so checking there would leave a directory behind every refused run
+    (and overwrite the ``.hydra/`` of a run that ``hydra.run.dir`` points at). This composes the
+    same config with Hydra's compose API, runs every check :func:`run` makes before training
+    (:func:`prepare`, the run directory's lock and contents) and exits 2 on the first problem.
+    A ``resume=`` run gets ``hydra.run.dir=<that run>`` and no new ``.hydra/``, so resuming makes
+    no directory. Sweeps (``-m``) and Hydra's own flags skip this: their jobs are checked as before.
+    """
+    global _PREEXISTING_DIR
+    explicit = _hydra_value(args, "hydra.run.dir")
+    _PREEXISTING_DIR = explicit is not None and Path(explicit).expanduser().exists()
+    if any(a.startswith("-") for a in args):
+        return []
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from grpo_marl import rundir
+
+    overrides = [a for a in args if not _is_hydra_arg(a)]
+    conf_dir = str(Path(__file__).resolve().parent / "conf")
+    try:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+    except Exception:  # noqa: BLE001  (a command Hydra cannot compose: Hydra reports it as before)
+        return []
+    finally:
+        GlobalHydra.instance().clear()
+    where = f"rank {dist.env_rank()}: " if dist.env_world_size() > 1 else ""
+    try:
+        with open_dict(cfg):
+            cfg.pop("hydra", None)
+        cfg, run_dir, resume = prepare(cfg, overrides, Path(explicit or "."), dry=True)
+        if resume or explicit is not None:
+            rundir.check_free(run_dir, resume=resume)
+    except UserInputError as exc:
+        if _debug():
+            traceback.print_exc()
+        _fail(f"error: {where}{exc}", EXIT_INPUT)
+    if not resume:
+        return []
+    extra = [] if explicit is not None else [f"hydra.run.dir={_quote(str(run_dir))}"]
+    if _hydra_value(args, "hydra.output_subdir") is None:
+        extra.append("hydra.output_subdir=null")  # the run's .hydra/ is from its start: keep it
+    return extra
 
 
 # An absolute path: the config is found the same way from ``python -m``, the console script and tests.
@@ -383,8 +470,9 @@ def main(argv: list[str] | None = None) -> None:
         problems = config_mod.check_command_line(args)
         if problems:
             _fail("error: invalid command line:\n  - " + "\n  - ".join(problems), EXIT_INPUT)
+        args = args + preflight(args)
         extra, scratch = rank_overrides(args, dist.env_rank(), dist.env_world_size())
-        sys.argv.extend(extra)
+        sys.argv[1:] = args + extra
         hydra_main()
     except KeyboardInterrupt:  # before the trainer installed its handlers: nothing to save yet
         _fail("interrupted before training started; nothing was trained", EXIT_SIGNAL[signal.SIGINT])
@@ -408,7 +496,9 @@ def rank_overrides(argv: list[str], rank: int, world: int) -> tuple[list[str], s
     """
     if world <= 1 or rank == 0:
         return [], None
-    extra = ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
+    extra = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
+    if not any(a.startswith(("hydra.output_subdir=", "+hydra.output_subdir=")) for a in argv):
+        extra.insert(0, "hydra.output_subdir=null")
     scratch = tempfile.mkdtemp(prefix=f"grpo_marl_rank{rank}_")
     for key in ("hydra.run.dir", "hydra.sweep.dir"):
         if not any(a.startswith((f"{key}=", f"+{key}=")) for a in argv):
