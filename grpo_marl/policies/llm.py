@@ -344,14 +344,18 @@ class LLMPolicy(nn.Module):
     def save_pretrained(self, path: str | Path, *, merge_lora: bool = True) -> Path:
         """Write a plain HF model dir (safetensors + tokenizer + chat template) that
         ``from_pretrained``/``model.path=`` reloads. LoRA adapters are merged into a copy of the
-        base weights by default; ``merge_lora=False`` writes the adapter alone (peft format)."""
+        base weights by default; ``merge_lora=False`` writes the adapter alone (peft format).
+        transformers' "Writing model shards" bar and warnings are hidden, as when loading."""
+        from grpo_marl.text.loading import quiet_third_party
+
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
-        model = self.model
-        if self.lora is not None and merge_lora:
-            model = copy.deepcopy(model).merge_and_unload()
-        model.save_pretrained(out)
-        self.tokenizer.save_pretrained(out)
+        with quiet_third_party():
+            model = self.model
+            if self.lora is not None and merge_lora:
+                model = copy.deepcopy(model).merge_and_unload()
+            model.save_pretrained(out)
+            self.tokenizer.save_pretrained(out)
         return out
 
     @property
