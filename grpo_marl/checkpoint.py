@@ -1,7 +1,9 @@
 """Atomic checkpoints and exact resume.
 
 A checkpoint is written to a temporary file in the same directory and renamed over the old one
-(``os.replace`` is atomic on POSIX), so a run killed mid-write keeps its previous checkpoint. With
+(``os.replace`` is atomic on POSIX), so a run killed mid-write keeps its previous checkpoint; a
+write that fails (a full disk, a read-only filesystem) removes its partial temporary file, leaves
+``last.pt`` and ``prev.pt`` as they were and raises :class:`~grpo_marl.errors.FilesystemError` naming the file and what to do. With
 ``keep_previous`` (what the trainer uses) the checkpoint it replaces stays beside it as ``prev.pt``
 (hard-linked first, so ``last.pt`` exists at every instant). :func:`load_checkpoint` on a run
 directory reads ``last.pt`` and, when that file is truncated, corrupt or not a checkpoint, says so
@@ -21,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from grpo_marl.errors import CheckpointError
+from grpo_marl.errors import CheckpointError, FilesystemError, filesystem_message
 
 CHECKPOINT_NAME = "last.pt"
 PREVIOUS_NAME = "prev.pt"
@@ -70,9 +72,12 @@ def atomic_save(obj: Any, path: str | Path, keep_previous: bool = False) -> None
         if keep_previous and path.exists():
             _keep_as_previous(path)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
-            os.unlink(tmp)
+            os.unlink(tmp)  # a partial file would only take the space a later write needs
+        message = filesystem_message(exc, path)
+        if message is not None and not isinstance(exc, FilesystemError):
+            raise FilesystemError(message) from exc  # torch hides ENOSPC behind "unexpected pos"
         raise
 
 

@@ -81,3 +81,81 @@ class DatasetError(UserInputError):
 class RewardFunctionError(TrainingStopped):
     """A reward function raised or returned a non-finite or wrongly sized result; the message
     names the function and quotes the offending completion."""
+
+
+# -- filesystem faults (issue 27) -----------------------------------------------------------------
+class FilesystemError(GrpoMarlError, OSError):
+    """A file could not be written: the disk is full, the filesystem read-only, the directory not
+    writable, or the path not encodable. The message names the path and what to do (mid-run: exit
+    1 with the last good checkpoint named; found up front: :class:`RunDirNotWritableError`, exit 2)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class RunDirNotWritableError(UserInputError):
+    """The run directory (or where it would be created) is read-only, not writable or full."""
+
+
+def _fs_errnos() -> dict[int, str]:
+    import errno
+
+    found = {
+        errno.ENOSPC: "no space left on device",
+        errno.EROFS: "read-only file system",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "operation not permitted",
+    }
+    if hasattr(errno, "EDQUOT"):
+        found[errno.EDQUOT] = "disk quota exceeded"
+    return found
+
+
+def filesystem_fault(exc: BaseException | None) -> BaseException | None:
+    """The first filesystem fault in ``exc``'s chain (``__cause__`` / ``__context__``): an
+    :class:`OSError` whose errno is ENOSPC, EDQUOT, EROFS, EACCES or EPERM, a
+    :class:`FilesystemError`, or a :class:`UnicodeEncodeError` (a path the filesystem encoding
+    cannot hold). torch's ``save`` raises ``RuntimeError: [enforce fail ...] unexpected pos`` with
+    the ENOSPC only chained, which is why the chain is walked."""
+    seen: set[int] = set()
+    codes = _fs_errnos()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, FilesystemError) or isinstance(exc, UnicodeEncodeError):
+            return exc
+        if isinstance(exc, OSError) and exc.errno in codes:
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def filesystem_message(exc: BaseException, path: object = None) -> str | None:
+    """One line for a filesystem fault in ``exc``'s chain naming the path and what to do, or None.
+
+    ``path``: the file being written when the fault carries no file name itself (a failed
+    ``write()`` on an open file names none)."""
+    import errno
+
+    fault = filesystem_fault(exc)
+    if fault is None:
+        return None
+    if isinstance(fault, FilesystemError):
+        return str(fault)
+    if isinstance(fault, UnicodeEncodeError):
+        import sys
+
+        return (
+            f"a path cannot be encoded in the filesystem encoding ({sys.getfilesystemencoding()}): {fault}; "
+            "run with a UTF-8 locale (e.g. LANG=C.UTF-8) or pass hydra.run.dir=<an ASCII path>"
+        )
+    assert isinstance(fault, OSError)
+    where = fault.filename if fault.filename is not None else path
+    what = _fs_errnos()[fault.errno]
+    target = f" writing {where}" if where is not None else ""
+    if fault.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        advice = "free space or pass hydra.run.dir=<a directory on another disk>"
+    elif fault.errno == errno.EROFS:
+        advice = "pass hydra.run.dir=<a writable directory>"
+    else:
+        advice = "make the directory writable or pass hydra.run.dir=<a writable directory>"
+    return f"{what}{target}: {advice}"

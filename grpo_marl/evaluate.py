@@ -209,6 +209,9 @@ def check_run(args: dict[str, Any]) -> Any:
 
     if not checkpoint_path(run_dir).exists() and not previous_path(run_dir).exists():
         raise CheckpointError(f"{checkpoint_path(run_dir)} not found: the run wrote no checkpoint to evaluate")
+    from grpo_marl.rundir import check_writable
+
+    check_writable(run_dir)  # eval.json (and videos/) go there: refuse now rather than after the episodes
     return cfg
 
 
@@ -231,11 +234,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cfg.eval.deterministic = bool(args["deterministic"])
     result: dict[str, Any] = task.evaluate(task.policy, episodes, seed_offset=seed_offset)
     result.update({"run": str(run_dir), "env_steps": int(ckpt["counters"]["env_steps"])})
-    if args["video"]:
-        gifs = record_gifs(cfg, task, run_dir / "videos", int(args["video_episodes"]), 3_000_000 + seed_offset)
-        result["videos"] = [str(p) for p in gifs]
-    task.close()
-    (run_dir / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
+    try:
+        if args["video"]:
+            gifs = record_gifs(cfg, task, run_dir / "videos", int(args["video_episodes"]), 3_000_000 + seed_offset)
+            result["videos"] = [str(p) for p in gifs]
+        task.close()
+        (run_dir / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
+    except OSError as exc:  # a full disk, a read-only run dir: one line naming the file, exit 1
+        from grpo_marl.errors import filesystem_message
+
+        message = filesystem_message(exc, run_dir / ("videos" if args["video"] else "eval.json"))
+        if message is None:
+            raise
+        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items())
+        print(shown, flush=True)  # the evaluation itself is done: show it before the error
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        sys.exit(1)
     shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items())
     print(shown, flush=True)
     return result

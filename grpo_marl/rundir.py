@@ -11,12 +11,114 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import IO
 
-from grpo_marl.errors import RunDirError
+from grpo_marl.errors import RunDirError, RunDirNotWritableError
 
 LOCK_NAME = ".lock"
+
+
+# -- commands printed for the user to paste ------------------------------------------------------
+def _hydra_reads(text: str, value: str) -> bool:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_override(f"k={text}").value()
+    except Exception:  # noqa: BLE001  (Hydra's lexer refuses it: non-ASCII, a comma, a quote, ...)
+        return False
+    return isinstance(parsed, str) and parsed == value
+
+
+def hydra_quote(value: str, force: bool = False) -> str:
+    """``value`` as a Hydra override value: unchanged when Hydra reads it back as it is (plain
+    ASCII paths), else quoted (non-ASCII, commas, quotes, ...). Hydra keeps a backslash unless it
+    precedes a quote, so only those are doubled."""
+    import re
+
+    value = str(value)
+    if not force and _hydra_reads(value, value):
+        return value
+    q = "'" if '"' in value and "'" not in value else '"'
+    body = re.sub(r"(\\*)" + q, lambda m: m.group(1) * 2 + "\\" + q, value)
+    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
+    return q + body + q
+
+
+def paste_override(key: str, value: object) -> str:
+    """``key=value`` as one word a POSIX shell passes to the CLI unchanged and Hydra reads back as
+    ``value``: Hydra-quoted when Hydra needs it, then shell-quoted when the shell needs it
+    (``resume=/tmp/run`` stays as it is; ``resume=/tmp/r é`` prints as ``'resume="/tmp/r é"'``)."""
+    import shlex
+
+    return shlex.quote(f"{key}={hydra_quote(str(value))}")
+
+
+#: CLI keys whose value is a path: an unquoted value Hydra cannot read (non-ASCII, a comma) is quoted.
+PATH_KEYS = ("resume", "hydra.run.dir", "hydra.sweep.dir")
+
+
+def quote_path_overrides(args: list[str]) -> list[str]:
+    """``resume=/tmp/r é`` as Hydra needs it (``resume="/tmp/r é"``): Hydra's lexer refuses
+    unquoted non-ASCII values, so a path typed (or pasted) unquoted would not run otherwise."""
+    out = []
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if sep and key.lstrip("+") in PATH_KEYS and value and value[0] not in "'\"" and not _hydra_reads(value, value):
+            arg = f"{key}={hydra_quote(value)}"
+        out.append(arg)
+    return out
+
+
+# -- writable, with room --------------------------------------------------------------------------
+def _existing_ancestor(path: Path) -> Path:
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_writable(run_dir: str | Path, need_bytes: int = 0) -> None:
+    """Raise :class:`RunDirNotWritableError` (exit 2) when ``run_dir`` (or, when it does not exist
+    yet, the directory it would be created in) cannot be written, or has less than ``need_bytes``
+    free; writes nothing. ``os.access`` reports a read-only filesystem even to root."""
+    import errno
+    import shutil
+
+    run_dir = Path(run_dir)
+    try:
+        str(run_dir).encode(sys.getfilesystemencoding())
+    except UnicodeEncodeError:
+        raise RunDirNotWritableError(
+            f"run directory {run_dir!r} cannot be encoded in the filesystem encoding "
+            f"({sys.getfilesystemencoding()}): run with a UTF-8 locale (e.g. LANG=C.UTF-8) or pass "
+            "hydra.run.dir=<an ASCII path>"
+        ) from None
+    base = _existing_ancestor(run_dir)
+    if not base.is_dir():
+        raise RunDirNotWritableError(
+            f"run directory {run_dir}: {base} is not a directory; pass hydra.run.dir=<a writable directory>"
+        )
+    if not os.access(base, os.W_OK | os.X_OK):
+        try:
+            st = os.statvfs(base)
+            readonly = bool(st.f_flag & os.ST_RDONLY)
+        except OSError:
+            readonly = False
+        what = "is on a read-only file system" if readonly else "is not writable (permission denied)"
+        made = "" if base == Path(os.path.abspath(run_dir)) else f" (to create {run_dir} in)"
+        raise RunDirNotWritableError(
+            f"run directory {run_dir}: {base}{made} {what}; pass hydra.run.dir=<a writable directory>"
+        )
+    if need_bytes > 0:
+        free = shutil.disk_usage(base).free
+        if free < need_bytes:
+            raise RunDirNotWritableError(
+                f"run directory {run_dir}: {os.strerror(errno.ENOSPC).lower()} for a checkpoint "
+                f"({free // 1024} KiB free in {base}, {need_bytes // 1024} KiB needed): free space or pass "
+                "hydra.run.dir=<a directory on another disk>"
+            )
 
 
 def existing_run(run_dir: Path) -> str | None:
@@ -99,7 +201,7 @@ def check_free(run_dir: str | Path, resume: bool) -> None:
         held = existing_run(run_dir)
         if held is not None:
             raise RunDirError(
-                f"run directory {run_dir} already holds a run ({held}); continue it with resume={run_dir}, "
+                f"run directory {run_dir} already holds a run ({held}); continue it with {paste_override('resume', run_dir)}, "
                 "or start a new run in another directory (hydra.run.dir=...)"
             )
 
@@ -142,7 +244,7 @@ def claim(run_dir: str | Path, resume: bool) -> RunDirLock:
         if held is not None:
             lock.release()
             raise RunDirError(
-                f"run directory {run_dir} already holds a run ({held}); continue it with resume={run_dir}, "
+                f"run directory {run_dir} already holds a run ({held}); continue it with {paste_override('resume', run_dir)}, "
                 "or start a new run in another directory (hydra.run.dir=...)"
             )
     return lock

@@ -36,7 +36,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 import grpo_marl.config as config_mod  # registers the ${safe:} resolver before Hydra composes
 import grpo_marl.distributed as dist  # registers the torchrun batch-split validator
 from grpo_marl.checkpoint import checkpoint_path, previous_path, read_checkpoint
-from grpo_marl.errors import CheckpointError, ConfigError, TrainingStopped, UserInputError
+from grpo_marl.errors import (
+    CheckpointError,
+    ConfigError,
+    FilesystemError,
+    TrainingStopped,
+    UserInputError,
+    filesystem_message,
+)
 
 #: Exit codes of the contract (README, "When something goes wrong").
 EXIT_FAILED, EXIT_INPUT = 1, 2
@@ -260,7 +267,10 @@ def _checkpoint_note(run_dir: Path) -> tuple[str | None, str]:
                 where = f" (update {counters['updates']}, {counters['env_steps']} env steps)"
             except Exception:  # noqa: BLE001  (the note is best effort; the path is what matters)
                 where = ""
-            return str(path), f"The last good checkpoint is kept in {path}{where}; continue with resume={run_dir}"
+            from grpo_marl.rundir import paste_override
+
+            resume = paste_override("resume", run_dir)
+            return str(path), f"The last good checkpoint is kept in {path}{where}; continue with {resume}"
     return None, "No checkpoint yet: the run failed before its first checkpoint."
 
 
@@ -295,9 +305,23 @@ def _record_failure(run_dir: Path, cfg: DictConfig, exc: BaseException, status: 
     return summary
 
 
+def _record_failure_safely(run_dir: Path, cfg: DictConfig, exc: BaseException, status: str) -> bool:
+    """:func:`_record_failure`, or False when the run dir cannot take it (a full disk, read-only):
+    the one-line message on the terminal is then all there is; a partial ``summary.json.tmp`` is removed."""
+    try:
+        _record_failure(run_dir, cfg, exc, status)
+        return True
+    except OSError:
+        try:
+            (run_dir / "summary.json.tmp").unlink(missing_ok=True)
+        except OSError:
+            pass
+        return False
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    if isinstance(exc, (TrainingStopped, UserInputError)):
+    if isinstance(exc, (TrainingStopped, UserInputError, FilesystemError)):
         return text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -309,6 +333,7 @@ def _fail(message: str, code: int) -> None:
 
 def _run_cli(cfg: DictConfig, overrides: list[str], run_dir: Path) -> None:
     """:func:`run` with the exit-code contract applied (see the module docstring)."""
+    from grpo_marl.rundir import paste_override
     from grpo_marl.trainer import STOP_ERRORS
 
     where = f"rank {dist.env_rank()}: " if dist.env_world_size() > 1 else ""
@@ -326,24 +351,24 @@ def _run_cli(cfg: DictConfig, overrides: list[str], run_dir: Path) -> None:
     except KeyboardInterrupt as exc:  # a second signal: abort without waiting for the update to end
         signum = signal.SIGTERM if "SIGTERM" in str(exc) else signal.SIGINT
         if dist.env_rank() == 0:
-            _record_failure(actual_dir, cfg, exc, "interrupted")
+            _record_failure_safely(actual_dir, cfg, exc, "interrupted")
         _, note = _checkpoint_note(actual_dir)
         _fail(f"aborted by {signum.name} in the middle of an update. {note}", EXIT_SIGNAL[signum])
     except Exception as exc:  # noqa: BLE001  (every failure ends per the contract)
+        fs_message = filesystem_message(exc, actual_dir)  # a full disk, a read-only or unwritable dir
         if isinstance(exc, STOP_ERRORS + (TrainingStopped,)):
             dist.barrier_on_failure(dist.init())
             message = str(exc)
         else:
-            message = f"unexpected {_one_line(exc)}"
+            message = fs_message or f"unexpected {_one_line(exc)}"
+        traceback_note = f"Full traceback: {actual_dir / ERROR_LOG} (or rerun with HYDRA_FULL_ERROR=1)"
         if dist.env_rank() == 0:
-            _record_failure(actual_dir, cfg, exc, "failed")
+            if not _record_failure_safely(actual_dir, cfg, exc, "failed"):
+                traceback_note = f"{ERROR_LOG} and summary.json could not be written; rerun with HYDRA_FULL_ERROR=1"
         if _debug():
             traceback.print_exc()
         _, note = _checkpoint_note(actual_dir)
-        _fail(
-            f"error: {where}{message}\n{note}\nFull traceback: {actual_dir / ERROR_LOG} (or rerun with HYDRA_FULL_ERROR=1)",
-            EXIT_FAILED,
-        )
+        _fail(f"error: {where}{message}\n{note}\n{traceback_note}", EXIT_FAILED)
     else:
         if summary.get("status") == "interrupted":
             signum = signal.Signals(summary.get("signal", signal.SIGINT))
@@ -351,7 +376,7 @@ def _run_cli(cfg: DictConfig, overrides: list[str], run_dir: Path) -> None:
                 print(
                     f"interrupted by {signum.name}: checkpoint saved at update {summary['updates']} "
                     f"({summary['env_steps']} env steps) in {checkpoint_path(actual_dir)}; "
-                    f"continue with: python -m grpo_marl.train resume={actual_dir}",
+                    f"continue with: python -m grpo_marl.train {paste_override('resume', actual_dir)}",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -381,7 +406,9 @@ def _hydra_value(args: list[str], key: str) -> str | None:
 
 def _quote(value: str) -> str:
     """``value`` as one quoted Hydra override value (any characters, spaces and non-ASCII included)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    from grpo_marl.rundir import hydra_quote
+
+    return hydra_quote(value, force=True)
 
 
 def preflight(args: list[str]) -> list[str]:
@@ -422,6 +449,11 @@ def preflight(args: list[str]) -> list[str]:
         cfg, run_dir, resume = prepare(cfg, overrides, Path(explicit or "."), dry=True)
         if resume or explicit is not None:
             rundir.check_free(run_dir, resume=resume)
+        # Writable, with room for one more checkpoint when its size is known (a resume); a fresh
+        # run without hydra.run.dir is created under ./runs. Mid-run faults: exit 1 (see _run_cli).
+        last = checkpoint_path(run_dir)
+        need = last.stat().st_size if resume and last.exists() else 0
+        rundir.check_writable(run_dir if resume or explicit is not None else Path("runs"), need_bytes=need)
     except UserInputError as exc:
         if _debug():
             traceback.print_exc()
@@ -467,6 +499,9 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:]
     scratch = None
     try:
+        from grpo_marl.rundir import quote_path_overrides
+
+        args = quote_path_overrides(args)  # resume=/tmp/r é: Hydra refuses unquoted non-ASCII values
         problems = config_mod.check_command_line(args)
         if problems:
             _fail("error: invalid command line:\n  - " + "\n  - ".join(problems), EXIT_INPUT)
