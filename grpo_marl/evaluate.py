@@ -209,9 +209,10 @@ def check_run(args: dict[str, Any]) -> Any:
 
     if not checkpoint_path(run_dir).exists() and not previous_path(run_dir).exists():
         raise CheckpointError(f"{checkpoint_path(run_dir)} not found: the run wrote no checkpoint to evaluate")
-    from grpo_marl.rundir import check_writable
+    from grpo_marl.rundir import COPY_IT, check_writable
 
-    check_writable(run_dir)  # eval.json (and videos/) go there: refuse now rather than after the episodes
+    # eval.json (and videos/) go into the run: refuse now rather than after the episodes
+    check_writable(run_dir, advice=COPY_IT.format(verb="evaluate"))
     return cfg
 
 

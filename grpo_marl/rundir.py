@@ -79,10 +79,17 @@ def _existing_ancestor(path: Path) -> Path:
     return path
 
 
-def check_writable(run_dir: str | Path, need_bytes: int = 0) -> None:
+#: What to do about an unwritable directory, by command.
+ELSEWHERE = "pass hydra.run.dir=<a writable directory>"
+COPY_IT = "make it writable, or copy the run directory somewhere writable and {verb} that copy"
+
+
+def check_writable(run_dir: str | Path, need_bytes: int = 0, advice: str = ELSEWHERE) -> None:
     """Raise :class:`RunDirNotWritableError` (exit 2) when ``run_dir`` (or, when it does not exist
     yet, the directory it would be created in) cannot be written, or has less than ``need_bytes``
-    free; writes nothing. ``os.access`` reports a read-only filesystem even to root."""
+    free; writes nothing. ``advice``: what to do (a resume or an evaluation writes into the run
+    itself, so for them it is :data:`COPY_IT`, not another ``hydra.run.dir``). ``os.access``
+    reports a read-only filesystem even to root."""
     import errno
     import shutil
 
@@ -97,9 +104,7 @@ def check_writable(run_dir: str | Path, need_bytes: int = 0) -> None:
         ) from None
     base = _existing_ancestor(run_dir)
     if not base.is_dir():
-        raise RunDirNotWritableError(
-            f"run directory {run_dir}: {base} is not a directory; pass hydra.run.dir=<a writable directory>"
-        )
+        raise RunDirNotWritableError(f"run directory {run_dir}: {base} is not a directory; {advice}")
     if not os.access(base, os.W_OK | os.X_OK):
         try:
             st = os.statvfs(base)
@@ -108,16 +113,14 @@ def check_writable(run_dir: str | Path, need_bytes: int = 0) -> None:
             readonly = False
         what = "is on a read-only file system" if readonly else "is not writable (permission denied)"
         made = "" if base == Path(os.path.abspath(run_dir)) else f" (to create {run_dir} in)"
-        raise RunDirNotWritableError(
-            f"run directory {run_dir}: {base}{made} {what}; pass hydra.run.dir=<a writable directory>"
-        )
+        raise RunDirNotWritableError(f"run directory {run_dir}: {base}{made} {what}; {advice}")
     if need_bytes > 0:
         free = shutil.disk_usage(base).free
         if free < need_bytes:
             raise RunDirNotWritableError(
                 f"run directory {run_dir}: {os.strerror(errno.ENOSPC).lower()} for a checkpoint "
-                f"({free // 1024} KiB free in {base}, {need_bytes // 1024} KiB needed): free space or pass "
-                "hydra.run.dir=<a directory on another disk>"
+                f"({free // 1024} KiB free in {base}, {need_bytes // 1024} KiB needed): free space"
+                + ("" if advice != ELSEWHERE else " or pass hydra.run.dir=<a directory on another disk>")
             )
 
 

@@ -453,7 +453,8 @@ def preflight(args: list[str]) -> list[str]:
         # run without hydra.run.dir is created under ./runs. Mid-run faults: exit 1 (see _run_cli).
         last = checkpoint_path(run_dir)
         need = last.stat().st_size if resume and last.exists() else 0
-        rundir.check_writable(run_dir if resume or explicit is not None else Path("runs"), need_bytes=need)
+        advice = rundir.COPY_IT.format(verb="resume") if resume else rundir.ELSEWHERE
+        rundir.check_writable(run_dir if resume or explicit is not None else Path("runs"), need, advice)
     except UserInputError as exc:
         if _debug():
             traceback.print_exc()
