@@ -105,6 +105,25 @@ def test_failed_checkpoint_write_keeps_last_and_prev(tmp_path: Path, monkeypatch
     assert sorted(p.name for p in last.parent.iterdir()) == ["last.pt", "prev.pt"]  # no partial temp file
 
 
+def test_permission_denied_is_named_with_what_to_do(tmp_path: Path, monkeypatch) -> None:
+    """EACCES (root, who runs this suite here, ignores chmod, so ``os.access`` is stood in for)."""
+    from grpo_marl import rundir
+    from grpo_marl.errors import RunDirNotWritableError
+
+    exc = OSError(errno.EACCES, "Permission denied", str(tmp_path / "metrics.jsonl"))
+    assert filesystem_message(exc) == (
+        f"permission denied writing {tmp_path / 'metrics.jsonl'}: make the directory writable or pass "
+        "hydra.run.dir=<a writable directory>"
+    )
+    monkeypatch.setattr(rundir.os, "access", lambda *a: False)
+    with pytest.raises(RunDirNotWritableError) as info:
+        rundir.check_writable(tmp_path / "new" / "run")
+    assert str(info.value) == (
+        f"run directory {tmp_path / 'new' / 'run'}: {tmp_path} (to create {tmp_path / 'new' / 'run'} in) is not "
+        "writable (permission denied); pass hydra.run.dir=<a writable directory>"
+    )
+
+
 # -- real filesystems: a small tmpfs ----------------------------------------------------------------
 def _mount(where: Path, options: str) -> None:
     where.mkdir(parents=True, exist_ok=True)
