@@ -11,6 +11,11 @@ How a run ends (README, "When something goes wrong"):
   built, nothing written (a :class:`~grpo_marl.errors.UserInputError`);
 * exit 1: the run started and failed; summary ``status: failed``, the message, the last good
   checkpoint named (or "no checkpoint yet") and the traceback in ``<run_dir>/error.log``;
+* filesystem faults (a full disk, a read-only or unwritable run dir, an unencodable path): found up
+  front (:func:`preflight`: the run dir writable, room for one more checkpoint on resume) exit 2;
+  found mid-run exit 1 with one line naming the file (the exception chain is walked: torch hides
+  ENOSPC behind ``unexpected pos``), ``last.pt`` / ``prev.pt`` intact, ``summary.json`` ``failed``
+  when the disk still takes it;
 * exit 130 / 143: SIGINT / SIGTERM; the run stops at the end of the current update, saves a
   checkpoint and writes summary ``status: interrupted``; ``resume=<run_dir>`` continues it exactly.
 
