@@ -79,8 +79,16 @@ class RunLogger:
         if not self.enabled:
             return
         record = {"step": int(step), **{k: _finite(float(v)) for k, v in metrics.items()}}
-        with open(self.metrics_path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            with open(self.metrics_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as exc:  # a full disk: name the file (a failed write() names none)
+            from grpo_marl.errors import FilesystemError, filesystem_message
+
+            message = filesystem_message(exc, self.metrics_path)
+            if message is None:
+                raise
+            raise FilesystemError(message) from exc  # a torn last line is cut on resume (_truncate)
         if self.writer is not None:
             for key, value in metrics.items():
                 self.writer.add_scalar(key, float(value), int(step))

@@ -170,6 +170,20 @@ def _readme_sample(name: str) -> list[str]:
     return lines[i + 2 : end]
 
 
+def test_full_disk_under_metrics_names_metrics_jsonl(mounts) -> None:
+    from grpo_marl.logging import RunLogger
+
+    disk = mounts("metrics", "size=4k")
+    logger = RunLogger(disk, 10, tensorboard=False, progress=False)
+    with pytest.raises(FilesystemError) as info:
+        for step in range(1000):
+            logger.log(step, {"train/" + "x" * 60: 1.0})
+    assert str(info.value) == (
+        f"no space left on device writing {disk / 'metrics.jsonl'}: free space or pass "
+        "hydra.run.dir=<a directory on another disk>"
+    )
+
+
 def test_full_disk_mid_run_names_the_file_and_keeps_the_checkpoints(mounts) -> None:
     disk = mounts("disk", "size=8m")
     run_dir = disk / "run"
