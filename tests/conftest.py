@@ -7,10 +7,15 @@ Two ways to run the trainer, both the real thing:
   interpreter + torch + Hydra start, so the suite keeps these few.
 * ``train(...)``: the same ``grpo_marl.train.run`` the CLI calls, in-process, on a config composed
   by Hydra's compose API from the same files: for resume and failure tests that need several runs.
+
+Optional packages: a test that needs one is marked ``@needs("module", extra="<extra>")`` (or calls
+``require(...)``) and skips without it, naming ``pip install -e ".[<extra>]"``; every other test runs
+on the base install. No test's assertions change with what happens to be installed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -28,6 +33,37 @@ CONF_DIR = ROOT / "grpo_marl" / "conf"
 # ``tests.custom_envs`` must import the same way here as in the CLI subprocesses (cwd = ROOT).
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported here (without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module stubbed out (None)
+        return False
+
+
+def _needs_reason(modules: tuple[str, ...], extra: str) -> str | None:
+    absent = [m for m in modules if not installed(m)]
+    return f'needs {", ".join(absent)}: pip install -e ".[{extra}]"' if absent else None
+
+
+def needs(*modules: str, extra: str) -> pytest.MarkDecorator:
+    """Skip marker for a test (or, as ``pytestmark``, a module) that needs optional ``modules``
+    (import names) which the ``extra`` of pyproject.toml installs; the skip names the command.
+
+    The rule it serves: a test either needs an optional package and skips without it, or runs
+    without it; no assertion depends on what happens to be installed."""
+    reason = _needs_reason(modules, extra)
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def require(*modules: str, extra: str) -> None:
+    """:func:`needs` inside a test or fixture: skip now when a module is missing."""
+    __tracebackhide__ = True  # the skip is reported at the caller's line
+    reason = _needs_reason(modules, extra)
+    if reason:
+        pytest.skip(reason)
 
 
 def _subprocess_env() -> dict[str, str]:

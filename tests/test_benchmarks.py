@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,8 +10,15 @@ import pytest
 from benchmarks.report import aggregate, read_run, table_markdown, write_report
 from benchmarks.run import execute, main, plan
 from benchmarks.suites import SUITES, EnvEntry, Suite, get_suite, register_suite
+from tests.conftest import needs
+
+#: the report's plots (every ``python -m benchmarks.run`` and ``write_report``)
+plots = needs("matplotlib", extra="bench")
+#: the text suite: its env kind (transformers, tokenizers) and the report
+text_suite = needs("matplotlib", "transformers", "tokenizers", extra="bench")
 
 
+@plots
 def test_smoke_run_writes_table_results_and_plots(tmp_path: Path) -> None:
     payload = main(
         [
@@ -120,7 +126,8 @@ def _fake_run(
         (d / "summary.json").write_text(json.dumps(summary))
 
 
-def test_report_medians_ratios_and_plain_statements(tmp_path: Path) -> None:
+def _unit_runs(tmp_path: Path) -> tuple[Suite, dict]:
+    """Fake run dirs of a one-env suite under ``tmp_path`` (as the runners leave them), read back."""
     suite = Suite(
         "unit",
         "unit-test suite",
@@ -144,6 +151,11 @@ def test_report_medians_ratios_and_plain_statements(tmp_path: Path) -> None:
         for s in ["seed1", "seed2", "seed3"]
         if (tmp_path / "runs" / e / a / s).exists()
     }
+    return suite, runs
+
+
+def test_report_medians_ratios_and_plain_statements(tmp_path: Path) -> None:
+    suite, runs = _unit_runs(tmp_path)
     agg = aggregate(suite, runs)
     g = agg["rows"]["cartpole/grpo"]["steps_to_threshold"]
     assert (g["median"], g["min"], g["max"], g["reached"], g["n"]) == (4000, 2000, None, 2, 3)
@@ -160,8 +172,16 @@ def test_report_medians_ratios_and_plain_statements(tmp_path: Path) -> None:
     assert "grpo reached the threshold on CartPole-v1; sb3_ppo did not (median over seeds)" in md
     assert "not reached (0/1)" in md and "4,000 [2,000-not reached] (2/3)" in md
     assert "ppo (1 cut by budget)" in md
+
+
+@plots
+def test_write_report_writes_the_table_and_one_plot_per_env(tmp_path: Path) -> None:
+    suite, runs = _unit_runs(tmp_path)
+    meta = {"seeds": [1, 2, 3], "jobs": 2, "cpus": 2, "smoke": False, "generated": "now"}
     payload = write_report(suite, tmp_path, runs, meta)
     assert payload["plots"] == ["curves_cartpole.png"] and (tmp_path / "table.md").exists()
+    assert (tmp_path / "curves_cartpole.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "**grpo needs 2.00x the env steps of ppo** on CartPole-v1" in (tmp_path / "table.md").read_text()
 
 
 def test_suite_registry_and_plan_order(tmp_path: Path) -> None:
@@ -190,7 +210,7 @@ def test_suite_registry_and_plan_order(tmp_path: Path) -> None:
     assert set(status.values()) == {"skipped: budget"}
 
 
-@pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None, reason="needs the bench extra")
+@needs("stable_baselines3", extra="bench")
 def test_sb3_peer_writes_the_same_files(tmp_path: Path) -> None:
     from benchmarks.sb3_ppo import run, zoo_kwargs
 
@@ -210,13 +230,9 @@ def test_sb3_peer_writes_the_same_files(tmp_path: Path) -> None:
     assert 0 < run_["curve"][1]["train_s"] < run_["curve"][1]["wall_s"]
 
 
-HAVE_TRL = importlib.util.find_spec("trl") is not None
-
-
-def test_text_suite_smoke_reports_accuracy_and_throughput(tmp_path: Path) -> None:
-    """``--suite text --smoke``: our GRPO (and TRL's GRPOTrainer when installed) write the same
-    run files; the report thresholds eval/accuracy and adds the throughput table."""
-    algos = ["grpo", "trl_grpo"] if HAVE_TRL else ["grpo"]
+def _text_smoke(tmp_path: Path, algos: list[str]) -> dict:
+    """``--suite text --smoke`` with ``algos``: each writes the same run files; the report
+    thresholds eval/accuracy and adds the throughput table. Returns results.json."""
     payload = main(
         ["--suite", "text", "--smoke", "--seeds", "1", "--algos", *algos, "--jobs", "1", "--out", str(tmp_path)]
     )
@@ -230,11 +246,16 @@ def test_text_suite_smoke_reports_accuracy_and_throughput(tmp_path: Path) -> Non
     assert "## Throughput" in table and "| step time (s) | completions/s | tokens/s | peak RSS (MB) |" in table
     assert "## grpo relative to TRL's GRPOTrainer" in table
     results = json.loads((out / "results.json").read_text())
+    lines = table.splitlines()
+    header_line = next(line for line in lines if line.startswith("| env | algo |") and "final greedy" in line)
+    header = [c.strip() for c in header_line.strip("|").split("|")]
     for algo in algos:
         prefix = f"| arithmetic (a+b, single digit) | {algo} |"
-        row = next(line for line in table.splitlines() if line.startswith(prefix))
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[2] == "0.95" and "+-" in cells[5] and "." in cells[5].split()[0]  # accuracy, 3 decimals
+        row = next(line for line in lines if line.startswith(prefix))
+        # columns by header name: the table drops some (e.g. training s to threshold) by which peers ran
+        cells = dict(zip(header, (c.strip() for c in row.strip("|").split("|")), strict=True))
+        accuracy = next(v for k, v in cells.items() if k.startswith("final greedy"))
+        assert cells["threshold"] == "0.95" and "+-" in accuracy and "." in accuracy.split()[0]  # 3 decimals
         r = results["rows"][f"arithmetic/{algo}"]
         assert r["threshold"] == 0.95 and 0.0 <= r["final_accuracy_mean"] <= 1.0
         assert r["per_seed"]["1"]["env_steps"] >= 1024
@@ -257,11 +278,25 @@ def test_text_suite_smoke_reports_accuracy_and_throughput(tmp_path: Path) -> Non
             "throughput/step_time_s",
             "throughput/peak_rss_mb",
         } <= set(summary)
-    if HAVE_TRL:
-        summary = results["runs"][-1]["summary"]
-        assert summary["algo"] == "trl_grpo" and summary["env_steps"] == 1024
-        assert any("zero_std" in u for u in summary["unmatched"])  # what TRL cannot mirror is listed
     assert (out / "curves_arithmetic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return results
+
+
+@text_suite
+def test_text_suite_smoke_reports_accuracy_and_throughput(tmp_path: Path) -> None:
+    """Our GRPO alone (no TRL needed): the same files, table and throughput columns."""
+    results = _text_smoke(tmp_path, ["grpo"])
+    assert [r["algo"] for r in results["runs"]] == ["grpo"]
+
+
+@text_suite
+@needs("trl", "datasets", extra="bench")
+def test_text_suite_smoke_with_trl_writes_the_same_files(tmp_path: Path) -> None:
+    """TRL's GRPOTrainer beside ours: its runner writes what ours does, and lists what it cannot mirror."""
+    results = _text_smoke(tmp_path, ["grpo", "trl_grpo"])
+    summary = results["runs"][-1]["summary"]
+    assert summary["algo"] == "trl_grpo" and summary["env_steps"] == 1024
+    assert any("zero_std" in u for u in summary["unmatched"])  # what TRL cannot mirror is listed
 
 
 def test_trl_runner_without_trl_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

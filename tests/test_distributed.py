@@ -24,6 +24,7 @@ from grpo_marl import distributed as dist
 from grpo_marl.collectors import HostToDevice
 from grpo_marl.config import ConfigError
 from grpo_marl.train import rank_overrides
+from tests.conftest import needs
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN_TIMEOUT = 600  # seconds per torchrun launch
@@ -186,6 +187,7 @@ def test_torchrun_grpo_identical_ranks_one_run_dir_and_resume_on_one_process(tmp
     assert resumed["env_steps"] >= 1200 and resumed["updates"] > summary["updates"]
 
 
+@needs("transformers", "tokenizers", extra="text")
 def test_torchrun_text_micro_batches_keep_ranks_identical(tmp_path: Path) -> None:
     """LLM GRPO on 2 ranks with gradient accumulation (``algo.micro_batch_rows``): each rank
     back-propagates its pieces (2 of its 4-rollout minibatches here) without syncing and joins one

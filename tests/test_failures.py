@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ROOT, _subprocess_env
+from tests.conftest import ROOT, _subprocess_env, needs
 
 TIMEOUT = 300  # seconds per CLI call: a hang fails the test instead of stalling the suite
 FAST = ["env=cartpole", "eval.episodes=2", "eval.every_steps=0", "log.progress=false"]
@@ -350,25 +350,33 @@ def test_env_kwarg_the_env_does_not_take_exits_2_naming_it(
 def test_evaluate_refuses_bad_arguments_before_running(stopped_run: Path, tmp_path: Path, capsys) -> None:
     from grpo_marl.evaluate import main
 
-    text = tmp_path / "text"  # a text run: nothing to render
-    text.mkdir()
-    (text / "config.yaml").write_text(
-        (stopped_run / "config.yaml").read_text().replace("env: cartpole", "env: arithmetic")
-    )
     for args, expected in [
         ([f"run={stopped_run}", "episodes=0"], "error: episodes=0 must be an integer >= 1"),
         ([f"run={stopped_run}", "video_episodes=-1"], "error: video_episodes=-1 must be an integer >= 1"),
         ([f"run={stopped_run}", "video=maybe"], "error: video=maybe must be true or false"),
         ([f"run={tmp_path / 'nothing'}"], f"error: {tmp_path / 'nothing' / 'config.yaml'} not found"),
-        ([f"run={text}", "video=true"], "error: video=true records "),
     ]:
         code, err = in_process(main, args, capsys)
         assert code == 2 and err.startswith(expected), err
         assert len(err.splitlines()) == 1
-    assert "env 'arithmetic' is of kind 'text'" in err
-    assert not (stopped_run / "eval.json").exists() and not (text / "eval.json").exists()
+    assert not (stopped_run / "eval.json").exists()
     proc = cli(f"run={stopped_run}", "episodes=0", module="grpo_marl.evaluate")  # the command itself, once
     assert proc.returncode == 2 and proc.stderr == "error: episodes=0 must be an integer >= 1\n"
+
+
+@needs("transformers", "tokenizers", extra="text")
+def test_evaluate_refuses_video_of_a_text_run(stopped_run: Path, tmp_path: Path, capsys) -> None:
+    from grpo_marl.evaluate import main
+
+    text = tmp_path / "text"  # a text run: nothing to render
+    text.mkdir()
+    (text / "config.yaml").write_text(
+        (stopped_run / "config.yaml").read_text().replace("env: cartpole", "env: arithmetic")
+    )
+    code, err = in_process(main, [f"run={text}", "video=true"], capsys)
+    assert code == 2 and err.startswith("error: video=true records "), err
+    assert len(err.splitlines()) == 1 and "env 'arithmetic' is of kind 'text'" in err
+    assert not (text / "eval.json").exists()
 
 
 # -- missing optional extras ------------------------------------------------------------------------

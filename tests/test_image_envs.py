@@ -15,11 +15,13 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-pytest.importorskip("supersuit")
-pytest.importorskip("pygame")
+from grpo_marl.errors import UnsupportedSpaceError, UserInputError
+from grpo_marl.policies.cnn import NatureCNN, resolve_encoder
+from tests.conftest import needs, require
 
-from grpo_marl.errors import UnsupportedSpaceError, UserInputError  # noqa: E402
-from grpo_marl.policies.cnn import NatureCNN, resolve_encoder  # noqa: E402
+#: the butterfly families (cooperative_pong) and SuperSuit preprocessing: the marl-extra extra.
+#: The encoder tests and the missing-extra message need neither.
+marl_extra = needs("supersuit", "pygame", extra="marl-extra")
 
 ROOT = Path(__file__).resolve().parents[1]
 PONG_SMALL = [
@@ -80,6 +82,7 @@ def _build(overrides: list[str]):
     return cfg, make_task(cfg, spec, torch.device("cpu"), collector=ALGOS["grpo"].collector)
 
 
+@marl_extra
 def test_preprocess_config_and_uint8_through_storage() -> None:
     cfg, task = _build(
         [
@@ -107,6 +110,7 @@ def test_preprocess_config_and_uint8_through_storage() -> None:
         task.close()
 
 
+@marl_extra
 def test_downsampled_state_and_replay_snapshot() -> None:
     import envs.multiagent  # noqa: F401
     from grpo_marl.marl import preprocess
@@ -132,6 +136,7 @@ def test_downsampled_state_and_replay_snapshot() -> None:
         preprocess.settings_of({"frame_stack": 0})
 
 
+@marl_extra
 @pytest.mark.parametrize("stack", [1, 3])
 def test_preprocessing_on_the_aec_env_equals_wrapping_the_parallel_env(stack: int) -> None:
     """The per-frame SuperSuit wrappers go on the AEC env inside ``aec_to_parallel`` and one lean
@@ -185,14 +190,13 @@ def test_preprocessing_on_the_aec_env_equals_wrapping_the_parallel_env(stack: in
     assert steps >= 40  # at least one episode ran to its cycle limit or a miss
 
 
+@marl_extra
 @pytest.mark.parametrize("name", ["knights_archers_zombies", "multiwalker", "pistonball"])
 def test_lean_conversion_equals_pettingzoos_parallel_env(name: str) -> None:
     """Without preprocessing the vector path still converts with :class:`ParallelFromAEC`; for the
     vector-observation, continuous-action and 20-agent envs it steps exactly as PettingZoo's own
     Parallel env (observations, rewards, ends, infos) over two seeded episodes."""
-    pytest.importorskip("pymunk")
-    if name == "multiwalker":
-        pytest.importorskip("Box2D")
+    require("pymunk", *(["Box2D"] if name == "multiwalker" else []), extra="marl-extra")
     from benchmarks.marl_extra import random_joint_action
     from grpo_marl.marl import preprocess
     from grpo_marl.marl.envs import make_parallel_env
@@ -236,6 +240,7 @@ sys.exit(code)
 """
 
 
+@marl_extra
 def test_image_run_trains_under_memory_cap(tmp_path: Path) -> None:
     run = tmp_path / "pong"
     cap_mb = 1500
@@ -262,6 +267,7 @@ def test_image_run_trains_under_memory_cap(tmp_path: Path) -> None:
     assert len(updates) >= 2, rows  # a few updates, each on a batch of uint8 image rows
 
 
+@marl_extra
 def test_storage_over_budget_is_refused(tmp_path: Path) -> None:
     proc = _run(
         [
@@ -289,6 +295,7 @@ def test_missing_extra_message(tmp_path: Path) -> None:
     assert not (tmp_path / "y" / "metrics.jsonl").exists()
 
 
+@needs("supersuit", "pygame", "Box2D", "PIL", extra="marl-extra,video")
 def test_multiagent_video(tmp_path: Path) -> None:
     run = tmp_path / "mw"
     proc = _run(
@@ -322,6 +329,7 @@ def test_multiagent_video(tmp_path: Path) -> None:
     assert bad.returncode == 2
 
 
+@marl_extra
 def test_mappo_image_env_downsampled_state(tmp_path: Path) -> None:
     """MAPPO's centralized critic on an image env reads the downsampled state (flat, 21x21)."""
     run = tmp_path / "mappo"

@@ -14,15 +14,18 @@ from typing import Any
 import pytest
 import torch
 
-gguf = pytest.importorskip("gguf")
+from tests.conftest import needs, require
+from tests.gguf_helpers import CHAT_TEMPLATE, byte_level_vocab, tiny_llama, write_llama_gguf
 
-from tests.gguf_helpers import CHAT_TEMPLATE, byte_level_vocab, tiny_llama, write_llama_gguf  # noqa: E402
+#: a tiny Llama written to .gguf and loaded through transformers: the text extra
+GGUF = ("gguf", "transformers", "tokenizers", "accelerate")
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def gguf_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    require(*GGUF, extra="text")
     model = tiny_llama(len(byte_level_vocab()[0]))
     return write_llama_gguf(model, tmp_path_factory.mktemp("gguf") / "tiny-llama.gguf"), model
 
@@ -167,6 +170,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@needs("transformers", "tokenizers", extra="text")
 def test_bad_model_path_and_missing_jsonl_path_are_one_clear_line(tmp_path: Path) -> None:
     proc = _cli("env=arithmetic", "model.path=/nonexistent/model", f"hydra.run.dir={tmp_path / 'a'}", cwd=ROOT)
     assert proc.returncode != 0

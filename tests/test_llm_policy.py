@@ -9,6 +9,10 @@ import torch
 
 from grpo_marl.policies.llm import LLMPolicy, LoraSpec, kl_k3, positions_from_mask, sample_rows, top_p_filter
 from grpo_marl.tiny_lm import TinyLMConfig, build_char_tokenizer, build_tiny_lm, make_tiny_lm
+from tests.conftest import needs, require
+
+#: the tiny models and their tokenizer are transformers / tokenizers objects (the text extra)
+TEXT = ("transformers", "tokenizers")
 
 ALPHABET = "0123456789+="
 PROMPTS = ["1+2=", "33+4=", "5+55="]  # different lengths -> left padding
@@ -16,6 +20,7 @@ PROMPTS = ["1+2=", "33+4=", "5+55="]  # different lengths -> left padding
 
 @pytest.fixture(scope="module", params=["gpt2", "qwen2"])
 def policy(request: pytest.FixtureRequest) -> LLMPolicy:
+    require(*TEXT, extra="text")
     model, tok = build_tiny_lm(TinyLMConfig(arch=request.param, hidden_size=32, num_heads=2, alphabet=ALPHABET))
     return LLMPolicy(model, tok)
 
@@ -140,6 +145,7 @@ def test_sample_rows_follows_the_probabilities() -> None:
     assert sample_rows(one_hot).tolist() == [0, 777, 49_151]
 
 
+@needs(*TEXT, extra="text")
 def test_tokenizer_roundtrip() -> None:
     tok = build_char_tokenizer("x^2+ -=0123456789,Solve")
     s = "Solve x^2 + 4x + 3 = 0"
@@ -147,6 +153,7 @@ def test_tokenizer_roundtrip() -> None:
     assert tok.pad_token_id == 0 and tok.eos_token_id == 1
 
 
+@needs(*TEXT, extra="text")
 def test_save_load_local_dir(tmp_path: Path) -> None:
     path = make_tiny_lm(tmp_path / "tiny", TinyLMConfig(hidden_size=32, num_heads=2, alphabet=ALPHABET), seed=3)
     assert (path / "config.json").exists() and (path / "tiny_lm.json").exists()
@@ -160,8 +167,8 @@ def test_save_load_local_dir(tmp_path: Path) -> None:
     assert again.tokenizer.decode(again.tokenizer("12+3=")["input_ids"]) == "12+3="
 
 
+@needs(*TEXT, "peft", extra="lora")
 def test_lora_reference_is_disabled_adapter(tmp_path: Path) -> None:
-    pytest.importorskip("peft")
     model, tok = build_tiny_lm(TinyLMConfig(hidden_size=32, num_heads=2, alphabet=ALPHABET))
     pol = LLMPolicy(model, tok, lora=LoraSpec(r=4, alpha=8), gradient_checkpointing=True)
     trainable = [n for n, p in pol.named_parameters() if p.requires_grad]
@@ -187,6 +194,7 @@ def test_lora_reference_is_disabled_adapter(tmp_path: Path) -> None:
     torch.testing.assert_close(logp3, logp2.detach(), atol=1e-5, rtol=1e-5)
 
 
+@needs(*TEXT, extra="text")
 @pytest.mark.parametrize("act", ["gelu", "gelu_new"])
 def test_fast_gpt2_path_matches_transformers(act: str) -> None:
     """The lean GPT-2 forward gives the HF logits: prefill with left padding, then cached decode."""

@@ -6,6 +6,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from tests.conftest import needs
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -73,6 +75,7 @@ def test_marl_suite_plugs_into_the_harness(tmp_path: Path) -> None:
     assert not any(a.startswith("eval.final_episodes") for a in smoke)
 
 
+@needs("matplotlib", extra="bench")  # write_report draws the curves
 def test_report_states_the_final_evaluation_size(tmp_path: Path) -> None:
     """The table says how many episodes the runs' final evaluations used when it differs from
     the periodic ones (read from the runs' summaries, not assumed from the suite)."""

@@ -4,7 +4,6 @@ results.json with one row per algorithm."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -12,14 +11,10 @@ import pytest
 
 from benchmarks.run import main
 from benchmarks.suites import get_suite
+from tests.conftest import needs
 
-MISSING = [m for m in ("supersuit", "pygame") if importlib.util.find_spec(m) is None]
-
-pytestmark = pytest.mark.skipif(
-    bool(MISSING),
-    reason=f"marl_extra suite needs the marl-extra packages ({', '.join(MISSING)} missing): "
-    "pip install -e '.[marl-extra]'",
-)
+#: what the suite's envs import (PettingZoo's butterfly/sisl families): the marl-extra extra
+MARL_EXTRA = ("supersuit", "pymunk", "Box2D", "pygame")
 
 ALGOS = ["grpo", "mappo", "ippo"]
 
@@ -34,6 +29,7 @@ def test_marl_extra_suite_definition() -> None:
         assert entry.threshold is None and entry.smoke_steps < entry.eval_every
 
 
+@needs(*MARL_EXTRA, "matplotlib", extra="bench")  # the envs and the report
 def test_marl_extra_smoke_one_row_per_algo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     suite = get_suite("marl_extra")
     entry = suite.env("knights_archers_zombies")
@@ -82,6 +78,7 @@ def test_marl_extra_smoke_one_row_per_algo(tmp_path: Path, monkeypatch: pytest.M
         assert r["seeds"] == [1] and r["threshold"] is None and r["per_seed"]["1"]["env_steps"] >= 256
 
 
+@needs("supersuit", "pygame", extra="marl-extra")
 def test_env_speed_measures_the_three_builds() -> None:
     """``python -m benchmarks.marl_extra speed`` reports steps/s of the bare env, SuperSuit on the
     Parallel env and ``preprocess.apply``, measured in one run (the ratio is the speedup)."""

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("gguf")
+from tests.conftest import needs
+from tests.gguf_helpers import write_tiny_gguf
 
-from tests.gguf_helpers import write_tiny_gguf  # noqa: E402
+#: a tiny model written to .gguf and loaded through transformers: the text extra
+pytestmark = needs("gguf", "transformers", "tokenizers", "accelerate", extra="text")
 
 ROOT = Path(__file__).resolve().parents[1]
 # "café" is 4 characters but 5 byte-level tokens ("é" is two bytes): a character count is not a

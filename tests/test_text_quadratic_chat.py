@@ -13,6 +13,7 @@ import pytest
 from envs.text.rewards import REWARDS, stated_roots
 from envs.text.tasks import quadratic_chat_task, quadratic_task
 from grpo_marl.errors import ConfigError
+from tests.conftest import require
 
 
 def test_same_equations_and_held_out_split_as_quadratic() -> None:
@@ -55,7 +56,7 @@ def test_stated_roots_rewards(reply: str, roots: Any, credit: float, exact: floa
 
 
 def test_trains_on_a_tiny_chat_model_through_model_path(train: Callable[..., dict], tmp_path: Path) -> None:
-    pytest.importorskip("gguf")
+    require("gguf", "transformers", "tokenizers", "accelerate", extra="text")
     from tests.gguf_helpers import byte_level_vocab, tiny_llama, write_llama_gguf
 
     model = tiny_llama(len(byte_level_vocab()[0]))

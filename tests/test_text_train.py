@@ -10,6 +10,11 @@ from typing import Any
 import pytest
 import torch
 
+from tests.conftest import needs
+
+#: the text env kind builds its model and tokenizer with the text extra
+text_extra = needs("transformers", "tokenizers", extra="text")
+
 # Small and fast: 4 groups x 4 completions per update, 3-token completions.
 FAST = [
     "algo.num_groups=4",
@@ -24,6 +29,7 @@ FAST = [
 ]
 
 
+@text_extra
 def test_cli_arithmetic_trains_saves_and_reloads(
     run_cli: Callable[..., Any], train: Callable[..., dict], tmp_path: Path
 ) -> None:
@@ -57,6 +63,7 @@ def test_cli_arithmetic_trains_saves_and_reloads(
     assert reloaded["eval/accuracy"] == summary["eval/accuracy"]
 
 
+@text_extra
 def test_quadratic_and_jsonl_run(train: Callable[..., dict], tmp_path: Path) -> None:
     s = train(tmp_path / "quad", "env=quadratic", "total_steps=32", "text.eval_prompts=8", "text.sft_steps=20", *FAST)
     assert s["text/sft_steps"] == 20  # the default warm start runs (shortened here)
@@ -67,6 +74,7 @@ def test_quadratic_and_jsonl_run(train: Callable[..., dict], tmp_path: Path) -> 
     assert s["text/task"] == "jsonl:d.jsonl" and s["eval/episodes"] == 1
 
 
+@text_extra
 def test_resume_is_exact(train: Callable[..., dict], tmp_path: Path, load_checkpoint: Callable) -> None:
     common = ["env=arithmetic", "checkpoint.every=1", *FAST]
     full = train(tmp_path / "full", *common, "total_steps=48")
@@ -79,12 +87,14 @@ def test_resume_is_exact(train: Callable[..., dict], tmp_path: Path, load_checkp
         torch.testing.assert_close(a[k], b[k], msg=k)
 
 
+@text_extra
 def test_config_errors_are_actionable(run_cli: Callable[..., Any]) -> None:
     proc = run_cli("env=arithmetic", "text.temperature=0", "algo.advantage=rtg", check=False)
     assert proc.returncode == 2
     assert "text.temperature" in proc.stderr and "algo.advantage=outcome" in proc.stderr
 
 
+@text_extra
 @pytest.mark.parametrize("seed", [1])
 def test_learns_three_prompt_task(train: Callable[..., dict], tmp_path: Path, seed: int) -> None:
     """From a random init, GRPO alone reaches 100% greedy accuracy on a 3-prompt task."""
@@ -117,6 +127,7 @@ def test_learns_three_prompt_task(train: Callable[..., dict], tmp_path: Path, se
     assert s["steps_to_threshold"] is not None
 
 
+@text_extra
 def test_task_batch_layout_and_truncation_mask(resolve: Callable[[list[str]], Any]) -> None:
     """Fixed widths (so dynamic-sampling batches concatenate), reward on each completion's last
     valid token, and text.mask_truncated drops completions without EOS from the loss mask."""
@@ -141,6 +152,7 @@ def test_task_batch_layout_and_truncation_mask(resolve: Callable[[list[str]], An
     task.close()
 
 
+@text_extra
 def test_sft_warm_start_fits_answers_and_applies_weight_decay(resolve: Callable[[list[str]], Any]) -> None:
     """The supervised warm start lowers the answers' NLL from its untrained value, and its
     decoupled weight decay (text.sft_weight_decay) leaves smaller weights than none."""
@@ -177,6 +189,7 @@ def test_prompt_sampling_is_checked_before_training(run_cli: Callable[..., Any])
     assert "text.hard_floor=0 must be > 0" in proc.stderr
 
 
+@text_extra
 def test_rollouts_without_signal_are_not_scored_and_the_gradient_is_unchanged(
     resolve: Callable[[list[str]], Any],
 ) -> None:
@@ -246,6 +259,7 @@ def _prepared_grpo(resolve: Callable[[list[str]], Any], override: str) -> tuple[
     return cfg, task, algo, data
 
 
+@text_extra
 def test_micro_batches_add_up_to_the_minibatch_loss_and_gradient(resolve: Callable[[list[str]], Any]) -> None:
     """``algo.micro_batch_rows``: the pieces' losses and gradients sum to the whole minibatch's,
     each piece holds whole groups where it can (rows ordered by group), and the merged mean
@@ -292,6 +306,7 @@ def test_micro_batches_add_up_to_the_minibatch_loss_and_gradient(resolve: Callab
     task.close()
 
 
+@text_extra
 def test_group_minibatches_hold_whole_groups_and_spread_the_ones_with_signal(
     resolve: Callable[[list[str]], Any],
 ) -> None:
