@@ -13,6 +13,10 @@ invocations (``--force`` reruns them). ``--budget-minutes`` is a wall-clock budg
 invocation: jobs not started by then are skipped, running ones are stopped and contribute their
 partial curves (marked "cut by budget" in the table). The report is rebuilt from every run
 directory of the suite: ``table.md``, ``results.json`` and ``curves_<env>.png``.
+
+Before any job starts, a suite whose packages are not installed (matplotlib for the report, the
+suite's envs' packages, a requested peer's SB3 or TRL) is refused with exit code 2, naming them
+and ``pip install -e ".[bench]"``; nothing is written.
 """
 
 from __future__ import annotations
@@ -29,10 +33,19 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import read_run, write_report
-from benchmarks.runners import RUNNERS, Job, available
+from benchmarks.runners import BENCH_INSTALL, INSTALL_OUTSIDE_BENCH, RUNNER_NEEDS, RUNNERS, Job, available, missing
 from benchmarks.suites import Suite, get_suite
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def requested_algos(suite: Suite, algos: list[str] | None) -> list[str]:
+    """``algos`` (default: the suite's), each checked to be one of the suite's."""
+    algos = algos or suite.algos
+    unknown = [a for a in algos if a not in suite.algos]
+    if unknown:
+        raise SystemExit(f"algorithms {unknown} are not in suite {suite.name!r} ({suite.algos})")
+    return algos
 
 
 def plan(
@@ -46,16 +59,41 @@ def plan(
 ) -> list[Job]:
     """Jobs ordered seed-major, so a budget cut leaves complete seeds rather than complete envs."""
     entries = [suite.env(e) for e in envs] if envs else suite.envs
-    algos = algos or suite.algos
-    unknown = [a for a in algos if a not in suite.algos]
-    if unknown:
-        raise SystemExit(f"algorithms {unknown} are not in suite {suite.name!r} ({suite.algos})")
+    algos = requested_algos(suite, algos)
     return [
         Job(suite, entry, algo, seed, out / "runs" / entry.env / algo / f"seed{seed}", smoke, stop_on_threshold)
         for seed in seeds
         for entry in entries
         for algo in algos
     ]
+
+
+def check_packages(suite: Suite, algos: list[str], report_only: bool = False) -> str | None:
+    """Why the suite cannot run here (None when it can): the packages that are not installed, what
+    needs each, and the install command. The report's plots need matplotlib; the suite's envs and
+    each requested algorithm's runner their own packages (``Suite.needs``, ``RUNNER_NEEDS``).
+    ``--report-only`` runs nothing, so it needs only matplotlib."""
+    needs: dict[str, list[str]] = {}  # package -> what needs it
+    for package in missing(["matplotlib"]):
+        needs.setdefault(package, []).append("the report's plots")
+    peers = []  # requested algorithms that cannot run here
+    if not report_only:
+        for package in missing(suite.needs):
+            needs.setdefault(package, []).append(f"the {suite.name} suite's envs")
+        for algo in algos:
+            for package in missing(RUNNER_NEEDS.get(algo, ())):
+                needs.setdefault(package, []).append(algo)
+                peers += [] if algo in peers else [algo]
+    if not needs:
+        return None
+    listed = ", ".join(f"{package} ({', '.join(why)})" for package, why in needs.items())
+    commands = [BENCH_INSTALL] if any(p not in INSTALL_OUTSIDE_BENCH for p in needs) else []
+    commands += [INSTALL_OUTSIDE_BENCH[p] for p in needs if p in INSTALL_OUTSIDE_BENCH]
+    lines = [f"error: --suite {suite.name} needs packages that are not installed: {listed}; {'; '.join(commands)}"]
+    rest = [a for a in algos if a not in peers]
+    if peers and rest and all(set(why) <= set(peers) for why in needs.values()):
+        lines.append(f"(or leave out {', '.join(peers)}: --algos {' '.join(rest)})")
+    return "\n".join(lines)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -169,6 +207,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from existing runs")
     a = p.parse_args(argv)
     suite = get_suite(a.suite)
+    refusal = check_packages(suite, requested_algos(suite, a.algos), a.report_only)
+    if refusal:  # before any job runs and before anything is written
+        print(refusal, file=sys.stderr, flush=True)
+        raise SystemExit(2)
     out = a.out / (f"{suite.name}-smoke" if a.smoke else suite.name)
     out.mkdir(parents=True, exist_ok=True)
     seeds = a.seed_list or list(range(1, a.seeds + 1))

