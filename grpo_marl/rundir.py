@@ -140,7 +140,7 @@ def existing_run(run_dir: Path) -> str | None:
     ckpt_dir = run_dir / "checkpoints"
     if ckpt_dir.is_dir() and any(ckpt_dir.glob("*.pt")):
         found.append("checkpoints")
-    if not found and status in (None, "failed"):
+    if not found and status in (None, "failed", "interrupted"):  # interrupted in setup: nothing to mix
         return None
     return f"summary status: {status}" if status else "it holds " + " and ".join(found)
 

@@ -40,6 +40,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 import grpo_marl.config as config_mod  # registers the ${safe:} resolver before Hydra composes
 import grpo_marl.distributed as dist  # registers the torchrun batch-split validator
+from grpo_marl import stopping
 from grpo_marl.checkpoint import checkpoint_path, previous_path, read_checkpoint
 from grpo_marl.errors import (
     CheckpointError,
@@ -150,7 +151,8 @@ def _foreign(saved: Any, cfg: DictConfig) -> str | None:
 
 # -- signals ---------------------------------------------------------------------------------------
 class _StopOnSignal:
-    """SIGINT/SIGTERM ask the trainer to stop at the next update boundary; a second one aborts now."""
+    """SIGINT/SIGTERM stop the run at the next safe point of its phase (:mod:`grpo_marl.stopping`);
+    during setup at once; a second signal aborts now."""
 
     def __init__(self) -> None:
         self.trainer: Any = None
@@ -174,15 +176,32 @@ class _StopOnSignal:
         if self.signum is not None:
             raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
         self.signum = signum
+        phase = stopping.request(signum)
         if self.trainer is not None:
             self.trainer.stop_requested = signum
         if dist.env_rank() == 0:
             print(
-                f"\n{signal.Signals(signum).name} received: stopping at the end of this update and saving a "
-                "checkpoint (send it again to abort at once)",
+                f"\n{signal.Signals(signum).name} received during {phase}: {self._plan(phase)} "
+                "(send it again to abort at once)",
                 file=sys.stderr,
                 flush=True,
             )
+        if phase == "setup":
+            raise stopping.SetupInterrupted(signum)
+
+    def _plan(self, phase: str) -> str:
+        """What the run does next in ``phase`` (the line printed on the first signal)."""
+        n = int(getattr(self.trainer, "updates", 0) or 0)
+        kept = f"the checkpoint of update {n}" if n else "no checkpoint (no update finished yet)"
+        return {
+            "setup": "stopping now; nothing was trained, nothing to save",
+            "collect": f"finishing update {n + 1}, then saving its checkpoint",
+            "update": f"finishing update {n + 1}, then saving its checkpoint",
+            "evaluate": f"abandoning the evaluation, keeping {kept}; resume= redoes the evaluation",
+            "final_evaluate": f"abandoning the final evaluation, keeping {kept}; resume= redoes the final evaluation",
+            "checkpoint": f"finishing the checkpoint of update {n} being written, then stopping",
+            "save_model": "finishing writing the model, then stopping",
+        }.get(phase, "stopping at the next safe point")
 
 
 # -- one run ---------------------------------------------------------------------------------------
@@ -192,19 +211,34 @@ def run(cfg: DictConfig, overrides: list[str], run_dir: Path) -> dict:
     from grpo_marl import rundir
     from grpo_marl.trainer import Trainer
 
+    stopping.reset()
     cfg, run_dir, resume = prepare(cfg, overrides, run_dir)
     lock = rundir.claim(run_dir, resume=resume) if dist.env_rank() == 0 else None
     try:
+        done = _already_done(cfg, run_dir) if resume else None
+        if done is not None:
+            if dist.env_rank() == 0:
+                print(done, flush=True)
+            return {**json.loads((run_dir / "summary.json").read_text()), "already_done": True}
         stopper = _StopOnSignal()
+        trainer = None
         with stopper:
-            trainer = Trainer(cfg, run_dir, resume=resume)
-            stopper.trainer = trainer
-            trainer.stop_requested = stopper.signum
             try:
-                summary = trainer.fit()
-            finally:
-                trainer.close()
-        if trainer.is_main:
+                trainer = Trainer(cfg, run_dir, resume=resume)
+                stopper.trainer = trainer
+                trainer.stop_requested = stopper.signum
+                stopping.check()
+                try:
+                    summary = trainer.fit()
+                finally:
+                    stopping.enter("done")
+                    trainer.close()
+            except stopping.SetupInterrupted as exc:
+                _stop_children()
+                if trainer is not None:
+                    trainer.close()
+                return _setup_interrupted(cfg, run_dir, exc.signum)
+        if trainer.is_main and summary.get("status") != "already_done":
             _print_summary(summary, run_dir)
         if summary.get("status") == "interrupted":
             summary["signal"] = int(stopper.signum or signal.SIGINT)
@@ -212,6 +246,63 @@ def run(cfg: DictConfig, overrides: list[str], run_dir: Path) -> dict:
     finally:
         if lock is not None:
             lock.release()
+
+
+def _already_done(cfg: DictConfig, run_dir: Path) -> str | None:
+    """The line saying a ``resume=`` run has nothing left to do (its summary says it completed, its
+    checkpoint is at ``total_steps`` with the final evaluation logged), or None. Such a resume
+    exits 0 and writes nothing (README, "When something goes wrong")."""
+    try:
+        status = json.loads((run_dir / "summary.json").read_text()).get("status")
+        c = read_checkpoint(checkpoint_path(run_dir))["counters"]
+    except (OSError, ValueError, AttributeError, KeyError, CheckpointError):
+        return None
+    steps, total = int(c["env_steps"]), int(cfg.total_steps)
+    stopped = status == "threshold_reached" and bool(cfg.train.stop_on_threshold)
+    if status not in ("completed", "threshold_reached") or c.get("pending_record") is not None:
+        return None
+    if c.get("final_logged_at") != steps or not (steps >= total or stopped):
+        return None
+    return (
+        f"{run_dir} already {status.replace('_', ' ')} ({steps} env steps, total_steps={total}); nothing to do. "
+        "To train further, resume with a larger total_steps=..."
+    )
+
+
+def _stop_children() -> None:
+    """Kill this process's env workers (a signal during setup: one may hang in a constructor, and
+    workers ignore the signals the trainer handles)."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(timeout=5)
+
+
+def _setup_interrupted(cfg: DictConfig, run_dir: Path, signum: int) -> dict[str, Any]:
+    """``summary.json`` of a run stopped during setup (a resumed run's earlier figures are kept)."""
+    path = run_dir / "summary.json"
+    summary: dict[str, Any] = {}
+    try:
+        summary = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError:
+        summary = {}
+    ckpt = checkpoint_path(run_dir)
+    summary = {
+        "env": str(cfg.get("env")),
+        "algo": str(OmegaConf.select(cfg, "algo.name")),
+        "seed": cfg.get("seed"),
+        **summary,
+        "status": "interrupted",
+        "phase": "setup",
+        "checkpoint": str(ckpt) if ckpt.exists() else None,
+    }
+    if dist.env_rank() == 0:
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(summary, indent=2, default=float) + "\n")
+        tmp.replace(path)
+    summary["signal"] = int(signum)
+    return summary
 
 
 def prepare(cfg: DictConfig, overrides: list[str], run_dir: Path, dry: bool = False) -> tuple[DictConfig, Path, bool]:
@@ -377,7 +468,20 @@ def _run_cli(cfg: DictConfig, overrides: list[str], run_dir: Path) -> None:
     else:
         if summary.get("status") == "interrupted":
             signum = signal.Signals(summary.get("signal", signal.SIGINT))
-            if dist.env_rank() == 0:
+            if dist.env_rank() == 0 and summary.get("phase") == "setup":
+                kept = summary.get("checkpoint")
+                print(
+                    f"interrupted by {signum.name} during setup: nothing was trained"
+                    + (
+                        f"; the checkpoint is unchanged, continue with: python -m grpo_marl.train "
+                        f"{paste_override('resume', actual_dir)}"
+                        if kept
+                        else "; run the command again to start over"
+                    ),
+                    file=sys.stderr,
+                    flush=True,
+                )
+            elif dist.env_rank() == 0:
                 print(
                     f"interrupted by {signum.name}: checkpoint saved at update {summary['updates']} "
                     f"({summary['env_steps']} env steps) in {checkpoint_path(actual_dir)}; "
@@ -504,7 +608,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv[1:] = list(argv)
     args = sys.argv[1:]
     scratch = None
+    early = _StopOnSignal()  # a signal before the run claims its directory: exit at once
+    stopping.reset()
     try:
+        early.__enter__()
         from grpo_marl.rundir import quote_path_overrides
 
         args = quote_path_overrides(args)  # resume=/tmp/r é: Hydra refuses unquoted non-ASCII values
@@ -515,6 +622,9 @@ def main(argv: list[str] | None = None) -> None:
         extra, scratch = rank_overrides(args, dist.env_rank(), dist.env_world_size())
         sys.argv[1:] = args + extra
         hydra_main()
+    except stopping.SetupInterrupted as exc:  # before the run claimed its directory: nothing written
+        name = signal.Signals(exc.signum).name
+        _fail(f"interrupted by {name} during setup: nothing was trained", EXIT_SIGNAL[signal.Signals(exc.signum)])
     except KeyboardInterrupt:  # before the trainer installed its handlers: nothing to save yet
         _fail("interrupted before training started; nothing was trained", EXIT_SIGNAL[signal.SIGINT])
     except SystemExit as exc:
@@ -522,6 +632,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(EXIT_INPUT)  # Hydra refused the command line (its message is printed above)
         raise
     finally:
+        early.__exit__(None, None, None)
         sys.argv[:] = saved_argv
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)

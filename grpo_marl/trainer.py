@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from grpo_marl import distributed as dist
+from grpo_marl import stopping
 from grpo_marl.algos import get_algo
 from grpo_marl.batch import Batch
 from grpo_marl.checkpoint import atomic_save, checkpoint_path, load_checkpoint, rng_state, set_rng_state
@@ -191,6 +192,10 @@ class Trainer:
         self.train_time_to_threshold: float | None = None
         self.last_eval: dict[str, float] = {}
         self.final_logged_at: int | None = None  # env steps of the final evaluation in the logs
+        # The last update's record when a signal abandoned the evaluation it was waiting for (it is
+        # logged, with that evaluation redone, on resume), and whether an evaluation was due there.
+        self.pending_record: dict[str, float] | None = None
+        self.pending_eval = False
         self._steps = 0  # global env steps after the last update (no collective needed to read)
         resume_step = None
         if self.is_main and not resume:
@@ -338,8 +343,13 @@ class Trainer:
         """One periodic evaluation on rank 0: its metrics (and the threshold's first crossing);
         its seconds go to ``eval_seconds``, not to the training clock."""
         t_eval = time.perf_counter()
-        with self._amp():
-            self.last_eval = self._evaluate(int(self.cfg.eval.episodes))
+        rng = rng_state()
+        try:
+            with stopping.phase("evaluate"), self._amp():
+                self.last_eval = self._evaluate(int(self.cfg.eval.episodes))
+        except stopping.Abandoned:
+            set_rng_state(rng)  # the checkpoint resumes where the evaluation began
+            raise
         self.eval_seconds += time.perf_counter() - t_eval
         return {**self.last_eval, **self._check_threshold(self.last_eval, steps, start, train_s)}
 
@@ -377,17 +387,35 @@ class Trainer:
         pending: dict[str, float] | None = None  # the last update's record, logged with the final evaluation
         final_due = False  # a periodic evaluation was due at the last update: the final one replaces it
         train_s = 0.0
+        if self.pending_record is not None:  # resumed after a signal abandoned an evaluation
+            pending, final_due = dict(self.pending_record), self.pending_eval
+            self.pending_record, self.pending_eval = None, False
         try:
+            if pending is not None and self._steps < total:
+                # the periodic evaluation the signal abandoned, redone before training on
+                if final_due and self.is_main:
+                    try:
+                        pending.update(self._periodic_eval(self._steps, start, self.wall_offset - self.eval_seconds))
+                    except stopping.Abandoned:
+                        self.pending_record, self.pending_eval = pending, True
+                        pending = None
+                if pending is not None:
+                    self.logger.log(self._steps, pending)
+                pending, final_due = None, False
             if bool(cfg.eval.get("at_start", False)) and self.updates == 0 and self.is_main:
                 # the untrained policy's figure, on the curve at step 0 (a resumed run has it)
-                first = self._periodic_eval(self._steps, start, 0.0)
+                try:
+                    first = self._periodic_eval(self._steps, start, 0.0)
+                except stopping.Abandoned:
+                    first = None
                 wall = time.perf_counter() - start
                 clocks = {
                     "time/wall_s": wall,
                     "time/eval_s": self.eval_seconds,
                     "time/train_s": wall - self.eval_seconds,
                 }
-                self.logger.log(self._steps, {**first, **clocks})
+                if first is not None:
+                    self.logger.log(self._steps, {**first, **clocks})
             # reached before this call (at the start, or by the run this one resumes)
             done = dist.any_flag(bool(cfg.train.stop_on_threshold) and self.steps_to_threshold is not None, self.ctx)
             if done:
@@ -397,8 +425,10 @@ class Trainer:
                 steps_before = self._steps
                 for group in self.optimizer.param_groups:
                     group["lr"] = float(cfg.algo.lr) * lr_factor(str(cfg.algo.lr_schedule), steps_before / total)
+                stopping.enter("collect")
                 batch = self._collect()
                 t_collected = time.perf_counter()
+                stopping.enter("update")
                 with self._amp():
                     data, metrics = self.algo.prepare(batch)
                 metrics.update(batch.metrics)
@@ -435,9 +465,15 @@ class Trainer:
                         self.next_eval += int(cfg.eval.every_steps)
                     final_due = ending
                     if self.is_main and not ending:
-                        metrics.update(self._periodic_eval(steps, start, train_s))
+                        try:
+                            metrics.update(self._periodic_eval(steps, start, train_s))
+                        except stopping.Abandoned:
+                            # logged on resume with the evaluation redone (one record per step)
+                            self.pending_record, self.pending_eval = dict(metrics), True
                 if ending:
                     pending = metrics
+                elif self.pending_record is not None:
+                    pass
                 elif self.updates % int(cfg.log.every) == 0 or "eval/return_mean" in metrics:
                     self.logger.log(steps, metrics)
                 stop = bool(cfg.train.stop_on_threshold) and self.steps_to_threshold is not None
@@ -445,7 +481,8 @@ class Trainer:
                 every = int(cfg.checkpoint.every)
                 # (the last update is saved after the final evaluation, with its record logged)
                 if every > 0 and self.updates % every == 0 and not stop and not ending:
-                    self.save(time.perf_counter() - start)
+                    with stopping.phase("checkpoint"):
+                        self.save(time.perf_counter() - start)
                 if stop:
                     status = "threshold_reached"
                     break
@@ -459,11 +496,22 @@ class Trainer:
         wall = time.perf_counter() - start
         final: dict[str, Any] = {}
         record = dict(pending or {})
+        if status == "interrupted" and pending is not None:
+            # stopped at the last update, before its final evaluation: resume runs it and logs both
+            self.pending_record, self.pending_eval = dict(pending), final_due
+            pending, record = None, {}
         if self.is_main and status != "interrupted":
-            with self._amp():
-                final = self._evaluate(int(cfg.eval.get("final_episodes") or cfg.eval.episodes), seed_offset=500)
+            rng = rng_state()
+            try:
+                with stopping.phase("final_evaluate"), self._amp():
+                    final = self._evaluate(int(cfg.eval.get("final_episodes") or cfg.eval.episodes), seed_offset=500)
+            except stopping.Abandoned:
+                set_rng_state(rng)
+                status = "interrupted"
+                self.pending_record, self.pending_eval = dict(pending or {}), final_due
+                pending, record = None, {}
             record.update(final)
-            if final_due:
+            if final_due and final:
                 record.update(self._check_threshold(final, self._steps, start, train_s))
                 if bool(cfg.train.stop_on_threshold) and self.steps_to_threshold is not None:
                     status = "threshold_reached"
@@ -474,8 +522,14 @@ class Trainer:
             self.logger.log(self._steps, record)
         if final:
             self.final_logged_at = self._steps
-        self.save(wall)
-        artifacts = self.task.finish(self.run_dir, self.is_main)
+        with stopping.phase("checkpoint"):
+            self.save(wall)
+        artifacts: dict[str, Any] = {}
+        if status != "interrupted":
+            with stopping.phase("save_model"):
+                artifacts = self.task.finish(self.run_dir, self.is_main)
+        if self.stop_requested is not None:
+            status = "interrupted"  # a signal during the last checkpoint or the model: it was finished
         self.logger.close()
         dist.dump_param_hash(self.modules.values(), self.ctx, {"updates": self.updates, "env_steps": self._steps})
         summary = {
@@ -483,6 +537,7 @@ class Trainer:
             "algo": str(cfg.algo.name),
             "seed": int(cfg.seed),
             "status": status,
+            **({"phase": stopping.stopped_in() or "update"} if status == "interrupted" else {}),
             **final,
             "env_steps": self._steps,
             "updates": self.updates,
@@ -534,6 +589,8 @@ class Trainer:
                 "train_time_to_threshold": self.train_time_to_threshold,
                 "world_size": self.ctx.world_size,
                 "final_logged_at": self.final_logged_at,
+                "pending_record": self.pending_record,
+                "pending_eval": self.pending_eval,
             },
             "config": OmegaConf.to_container(self.cfg, resolve=True),
         }
@@ -571,6 +628,8 @@ class Trainer:
         self.eval_seconds = float(c.get("eval_seconds", 0.0))  # checkpoints written before it was kept
         self.train_time_to_threshold = c.get("train_time_to_threshold")
         self.final_logged_at = c.get("final_logged_at")
+        self.pending_record = c.get("pending_record")
+        self.pending_eval = bool(c.get("pending_eval", False))
         return int(c["env_steps"])
 
     def close(self) -> None:

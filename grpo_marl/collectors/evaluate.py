@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from grpo_marl import stopping
 from grpo_marl.collectors.base import episode_metrics
 from grpo_marl.groups import AgentGroups
 from grpo_marl.vec.base import VecEnv
@@ -60,6 +61,7 @@ def evaluate_policy(
     for _ in range(cap):
         if step.env_done.all():
             break
+        stopping.check()  # a signal abandons the evaluation here (grpo_marl.stopping)
         if host_actor is not None:
             lengths += ~step.env_done
             step = vec.step(host_actor.greedy(step.obs, step.action_mask))

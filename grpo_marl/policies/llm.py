@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from grpo_marl import stopping
 from grpo_marl.policies.fast_gpt2 import FastGPT2
 
 #: Logit given to tokens that are never sampled: finite (so 0 * logit stays 0 in the entropy)
@@ -508,6 +509,7 @@ class LLMPolicy(nn.Module):
         single_stop = self.stop_ids.numel() == 1
         steps = 0
         for t in range(max_new_tokens):
+            stopping.check()  # a signal abandons an evaluation between generation steps
             scaled = logits.float().mul(inv_t).masked_fill(self.never_ids, NEG_LOGIT)
             logprobs = scaled.log_softmax(-1)
             if greedy:
