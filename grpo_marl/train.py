@@ -281,28 +281,40 @@ def _stop_children() -> None:
 
 def _setup_interrupted(cfg: DictConfig, run_dir: Path, signum: int) -> dict[str, Any]:
     """``summary.json`` of a run stopped during setup (a resumed run's earlier figures are kept)."""
-    path = run_dir / "summary.json"
-    summary: dict[str, Any] = {}
-    try:
-        summary = json.loads(path.read_text()) if path.exists() else {}
-    except ValueError:
-        summary = {}
     ckpt = checkpoint_path(run_dir)
-    summary = {
+    summary = _merge_summary(cfg, _read_summary(run_dir))
+    summary.update(status="interrupted", phase="setup", checkpoint=str(ckpt) if ckpt.exists() else None)
+    if dist.env_rank() == 0:
+        _write_summary(run_dir, summary)
+    summary["signal"] = int(signum)
+    return summary
+
+
+def _read_summary(run_dir: Path) -> dict[str, Any]:
+    """The run dir's ``summary.json``, or ``{}`` when there is none or it is unreadable."""
+    path = run_dir / "summary.json"
+    try:
+        return json.loads(path.read_text()) if path.exists() else {}
+    except ValueError:
+        return {}
+
+
+def _merge_summary(cfg: DictConfig, previous: dict[str, Any]) -> dict[str, Any]:
+    """The run's identity (env, algo, seed) under what ``previous`` already says."""
+    return {
         "env": str(cfg.get("env")),
         "algo": str(OmegaConf.select(cfg, "algo.name")),
         "seed": cfg.get("seed"),
-        **summary,
-        "status": "interrupted",
-        "phase": "setup",
-        "checkpoint": str(ckpt) if ckpt.exists() else None,
+        **previous,
     }
-    if dist.env_rank() == 0:
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(summary, indent=2, default=float) + "\n")
-        tmp.replace(path)
-    summary["signal"] = int(signum)
-    return summary
+
+
+def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    """Write ``summary.json`` atomically (a temp file renamed over it)."""
+    path = run_dir / "summary.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, default=float) + "\n")
+    tmp.replace(path)
 
 
 def prepare(cfg: DictConfig, overrides: list[str], run_dir: Path, dry: bool = False) -> tuple[DictConfig, Path, bool]:
@@ -376,28 +388,13 @@ def _record_failure(run_dir: Path, cfg: DictConfig, exc: BaseException, status: 
     log = run_dir / ERROR_LOG
     with open(log, "a") as f:
         f.write("".join(traceback.format_exception(exc)))
-    path = run_dir / "summary.json"
-    summary: dict[str, Any] = {}
-    try:
-        summary = json.loads(path.read_text()) if path.exists() else {}
-    except ValueError:
-        summary = {}
-    if summary.get("status") not in (None, "failed", status):
-        summary = {}  # a previous run's summary (resume): this one replaces it
+    previous = _read_summary(run_dir)
+    if previous.get("status") not in (None, "failed", status):
+        previous = {}  # a previous run's summary (resume): this one replaces it
     ckpt, _ = _checkpoint_note(run_dir)
-    summary = {
-        "env": str(cfg.get("env")),
-        "algo": str(OmegaConf.select(cfg, "algo.name")),
-        "seed": cfg.get("seed"),
-        **summary,
-        "status": status,
-        "error": summary.get("error") or _one_line(exc),
-        "checkpoint": ckpt,
-        "error_log": str(log),
-    }
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, default=float) + "\n")
-    tmp.replace(path)
+    summary = _merge_summary(cfg, previous)
+    summary.update(status=status, error=previous.get("error") or _one_line(exc), checkpoint=ckpt, error_log=str(log))
+    _write_summary(run_dir, summary)
     return summary
 
 

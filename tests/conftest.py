@@ -74,6 +74,18 @@ def _subprocess_env() -> dict[str, str]:
     return env
 
 
+def env_without(tmp_path: Path, *modules: str) -> dict[str, str]:
+    """:func:`_subprocess_env` for a Python in which ``modules`` are not installed: a
+    ``sitecustomize`` on the path sets them to None in ``sys.modules``, so importing them fails."""
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    lines = ["import sys"] + [f"sys.modules[{m!r}] = None  # not installed" for m in modules]
+    (site / "sitecustomize.py").write_text("\n".join(lines) + "\n")
+    env = _subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+    return env
+
+
 #: Wall-clock limit of every subprocess a test starts: a hang fails the test instead of stalling CI.
 SUBPROCESS_TIMEOUT = 600
 

@@ -9,7 +9,6 @@ nothing written. The packages are hidden here (``sys.modules[name] = None``, or 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 import benchmarks.runners as runners
 from benchmarks.run import check_packages, main
 from benchmarks.suites import get_suite
-from tests.conftest import ROOT, _subprocess_env
+from tests.conftest import ROOT, env_without
 
 BENCH = 'pip install -e ".[bench]"'
 
@@ -30,11 +29,7 @@ def _only_missing(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
 
 
 def test_the_command_without_matplotlib_exits_2_before_any_job_and_writes_nothing(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text("import sys\nsys.modules['matplotlib'] = None  # not installed\n")
-    env = _subprocess_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+    env = env_without(tmp_path, "matplotlib")
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.run", "--suite", "classic", "--smoke", "--algos", "grpo", "ppo"]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ROOT, _subprocess_env, needs
+from tests.conftest import ROOT, _subprocess_env, env_without, needs
 
 TIMEOUT = 300  # seconds per CLI call: a hang fails the test instead of stalling the suite
 FAST = ["env=cartpole", "eval.episodes=2", "eval.every_steps=0", "log.progress=false"]
@@ -381,11 +381,7 @@ def test_evaluate_refuses_video_of_a_text_run(stopped_run: Path, tmp_path: Path,
 
 # -- missing optional extras ------------------------------------------------------------------------
 def test_missing_extra_is_named_with_the_install_command(tmp_path: Path) -> None:
-    blocker = tmp_path / "site"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['transformers'] = None  # not installed\n")
-    env = _subprocess_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(blocker), env["PYTHONPATH"]])
+    env = env_without(tmp_path, "transformers")
     run_dir = tmp_path / "run"
     proc = cli("env=arithmetic", "log.progress=false", run_dir=run_dir, env=env)
     assert proc.returncode == 2
