@@ -148,7 +148,7 @@ def filesystem_message(exc: BaseException, path: object = None) -> str | None:
             f"a path cannot be encoded in the filesystem encoding ({sys.getfilesystemencoding()}): {fault}; "
             "run with a UTF-8 locale (e.g. LANG=C.UTF-8) or pass hydra.run.dir=<an ASCII path>"
         )
-    assert isinstance(fault, OSError)
+    assert isinstance(fault, OSError) and fault.errno is not None
     where = fault.filename if fault.filename is not None else path
     what = _fs_errnos()[fault.errno]
     target = f" writing {where}" if where is not None else ""

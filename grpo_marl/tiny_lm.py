@@ -84,7 +84,14 @@ class TinyLMConfig:
 def build_tiny_lm(cfg: TinyLMConfig, *, seed: int = 0) -> tuple[Any, Any]:
     """Build a randomly initialised tiny causal LM and its char tokenizer: ``(model, tokenizer)``."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        PretrainedConfig,
+        PreTrainedModel,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     if cfg.hidden_size % cfg.num_heads != 0:
         raise ValueError(f"tiny_lm: hidden_size={cfg.hidden_size} must be divisible by num_heads={cfg.num_heads}")
@@ -99,6 +106,8 @@ def build_tiny_lm(cfg: TinyLMConfig, *, seed: int = 0) -> tuple[Any, Any]:
     # Seed locally so building a model never perturbs the caller's global RNG stream.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
+        config: PretrainedConfig
+        model: PreTrainedModel
         if cfg.arch == "gpt2":
             config = GPT2Config(
                 n_positions=cfg.max_positions,
@@ -128,7 +137,7 @@ def build_tiny_lm(cfg: TinyLMConfig, *, seed: int = 0) -> tuple[Any, Any]:
                 max_position_embeddings=cfg.max_positions,
                 **{**common, **cfg.extra},
             )
-            model = Qwen2ForCausalLM(config)
+            model = Qwen2ForCausalLM(config)  # type: ignore[arg-type]  # a Qwen2Config, built just above
         else:
             raise ValueError(f"tiny_lm: unknown arch {cfg.arch!r}; use 'gpt2' or 'qwen2'")
     model.generation_config.pad_token_id = tok.pad_token_id

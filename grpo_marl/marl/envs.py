@@ -268,7 +268,7 @@ class MPESnapshot:
     rng_state: dict[str, Any]
     agents: list[str]
     scenario_state: dict[str, Any]
-    np_global_state: tuple[Any, ...] | None
+    np_global_state: dict[str, Any] | tuple[Any, ...] | None
 
 
 class MPEParallelEnv(_parallel_env_base()):  # type: ignore[misc]

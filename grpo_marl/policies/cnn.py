@@ -66,7 +66,8 @@ class NatureCNN(nn.Module):
         for m in self.modules():  # SB3/CleanRL init: orthogonal, gain sqrt(2), zero bias
             if isinstance(m, nn.Conv2d | nn.Linear):
                 nn.init.orthogonal_(m.weight, gain=math.sqrt(2))
-                nn.init.zeros_(m.bias)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
 
     def forward(self, obs: Tensor) -> Tensor:
         lead = obs.shape[:-3]

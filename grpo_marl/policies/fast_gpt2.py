@@ -10,7 +10,7 @@ takes the transformers forward.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -40,8 +40,10 @@ class FastGPT2:
     }
 
     def __init__(self, model: nn.Module) -> None:
-        cfg = model.config
-        self.model = model
+        # a transformers GPT2LMHeadModel: its submodules are invisible to nn.Module's typing
+        hf: Any = model
+        self.model = hf
+        cfg = hf.config
         self.n_head = int(cfg.n_head)
         self.eps = float(cfg.layer_norm_epsilon)
         self.act = self._ACTS[cfg.activation_function]

@@ -239,6 +239,10 @@ class LLMPolicy(nn.Module):
     adapter-disabled base model; otherwise the reference is a frozen copy.
     """
 
+    model: Any  # a transformers PreTrainedModel, or a peft PeftModel around one
+    never_ids: Tensor
+    stop_ids: Tensor
+
     def __init__(
         self,
         model: nn.Module,
@@ -259,6 +263,8 @@ class LLMPolicy(nn.Module):
         self.pad_id = int(tokenizer.pad_token_id)
         self.eos_id = int(tokenizer.eos_token_id)
         self.lora = lora
+        # transformers/peft attributes are invisible to nn.Module's typing (its __getattr__)
+        hf: Any = model
         if lora is not None:
             try:
                 from peft import LoraConfig, get_peft_model
@@ -275,16 +281,16 @@ class LLMPolicy(nn.Module):
                 target_modules=lora.target_modules,
                 task_type="CAUSAL_LM",
             )
-            model = get_peft_model(model, cfg)
+            hf = get_peft_model(hf, cfg)
         if gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            if lora is not None and hasattr(model, "enable_input_require_grads"):
-                model.enable_input_require_grads()
-        self.model = model
+            hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if lora is not None and hasattr(hf, "enable_input_require_grads"):
+                hf.enable_input_require_grads()
+        self.model = hf
         self.gradient_checkpointing = gradient_checkpointing
-        self._cache_kw = _cache_kwarg(model)
+        self._cache_kw = _cache_kwarg(hf)
         self._decode_cache: dict[tuple[int, ...], str] = {}
-        self.fast = FastGPT2(model) if (fast_path and not gradient_checkpointing and FastGPT2.supports(model)) else None
+        self.fast = FastGPT2(hf) if (fast_path and not gradient_checkpointing and FastGPT2.supports(hf)) else None
         lm = self.causal_lm
         # Scoring splits decoder and LM head (prefix sharing + selective log-softmax) for the
         # architectures where that is exactly the model's forward; others score through it whole.
@@ -305,14 +311,14 @@ class LLMPolicy(nn.Module):
         # (padded embedding rows of real checkpoints). Sampling and scoring both mask them, so the
         # behaviour and training distributions stay identical; a tiny model trained from scratch
         # also explores faster without them.
-        vocab = int(model.get_output_embeddings().weight.shape[0])
+        vocab = int(hf.get_output_embeddings().weight.shape[0])
         stops = {s for s in stops if s < vocab}
         never = torch.zeros(vocab, dtype=torch.bool)
         never[min(len(tokenizer), vocab) :] = True
         for tid in (tokenizer.pad_token_id, getattr(tokenizer, "unk_token_id", None)):
             if tid is not None and tid not in stops and tid < vocab:
                 never[tid] = True
-        dev = next(model.parameters()).device
+        dev = next(hf.parameters()).device
         self.register_buffer("never_ids", never.to(dev), persistent=False)
         self.register_buffer("stop_ids", torch.tensor(sorted(stops), dtype=torch.long, device=dev), persistent=False)
 
@@ -364,7 +370,7 @@ class LLMPolicy(nn.Module):
         return next(self.model.parameters()).device
 
     @property
-    def causal_lm(self) -> nn.Module:
+    def causal_lm(self) -> Any:
         """The transformers ``*ForCausalLM`` module (inside the peft wrapper with LoRA)."""
         get_base = getattr(self.model, "get_base_model", None)
         return get_base() if callable(get_base) else self.model
@@ -479,6 +485,7 @@ class LLMPolicy(nn.Module):
         pos = positions_from_mask(prompt_mask)
         fast = self.fast if (self.fast is not None and model is self.model) else None
         kw: dict[str, Any] = {"use_cache": True, "logits_to_keep": 1}
+        cache: Any  # FastGPT2's list of (key, value) or a transformers Cache
         if fast is not None:
             logits, cache = fast(prompt_ids, pos, prompt_mask if padded else None, None, logits_to_keep=1)
         else:

@@ -19,8 +19,8 @@ vector step and distribution construction would dominate the hot loop on small n
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 import numpy as np
 import torch
@@ -33,6 +33,20 @@ if TYPE_CHECKING:
     from grpo_marl.policies.host import HostActor
 
 _LOG_2PI = math.log(2 * math.pi)
+
+M = TypeVar("M", bound=nn.Module)
+
+
+class ModuleMap(nn.ModuleDict, Generic[M]):
+    """An ``nn.ModuleDict`` whose values are one module type, so ``policy.actors[key].log_std``
+    type-checks (``nn.Module.__getattr__`` would otherwise make every attribute
+    ``Tensor | Module``). Same state-dict keys as a plain ``ModuleDict``."""
+
+    def __getitem__(self, key: str) -> M:
+        return cast(M, super().__getitem__(key))
+
+    def values(self) -> Iterator[M]:  # type: ignore[override]
+        return (cast(M, m) for m in super().values())
 
 
 def _activation(name: str) -> type[nn.Module]:
@@ -106,6 +120,10 @@ def mlp(sizes: Sequence[int], activation: str, out_gain: float = 1.0) -> MLP:
 class RunningNorm(nn.Module):
     """Running mean/variance observation normaliser (Welford over batches), saved in state_dict."""
 
+    mean: Tensor
+    var: Tensor
+    count: Tensor
+
     def __init__(self, shape: Sequence[int], clip: float = 10.0, eps: float = 1e-8) -> None:
         super().__init__()
         self.register_buffer("mean", torch.zeros(*shape, dtype=torch.float64))
@@ -132,6 +150,12 @@ class RunningNorm(nn.Module):
 
 class Actor(nn.Module):
     """One parameter set: MLP from a flat input to logits (categorical) or means (Gaussian)."""
+
+    low: Tensor
+    high: Tensor
+    log_std: nn.Parameter | None
+    net: MLP
+    encoder: nn.Module | None
 
     def __init__(
         self,
@@ -235,6 +259,9 @@ class ActorPolicy(nn.Module):
     optimizer step (:meth:`update_obs_stats`) so a batch's old and new log-probs use one normaliser.
     """
 
+    agent_key: Tensor
+    slot_in_group: Tensor
+
     def __init__(
         self,
         groups: AgentGroups,
@@ -257,8 +284,8 @@ class ActorPolicy(nn.Module):
         self.agents = list(groups.agents)
         self.n_agents = len(self.agents)
         self.keys = groups.param_keys()
-        self.actors = nn.ModuleDict()
-        self.norms = nn.ModuleDict()
+        self.actors: ModuleMap[Actor] = ModuleMap()
+        self.norms: ModuleMap[RunningNorm] = ModuleMap()
         self._obs_dim: dict[str, int] = {}
         self._group_size: dict[str, int] = {}
         self._slots: dict[str, list[int]] = {}
@@ -323,8 +350,9 @@ class ActorPolicy(nn.Module):
 
     def _image_features(self, key: str, obs: Tensor) -> Tensor:
         """``uint8[..., H, W, C]`` -> features: the parameter set's CNN, or flattened / 255."""
-        if self._cnn:
-            return self.actors[key].encoder(obs)
+        encoder = self.actors[key].encoder
+        if encoder is not None:
+            return encoder(obs)
         return obs.reshape(*obs.shape[:-3], -1).float() / 255.0
 
     @torch.no_grad()
@@ -430,6 +458,8 @@ class Critic(nn.Module):
     (see :mod:`grpo_marl.policies.cnn`).
     """
 
+    agent_key: Tensor
+
     def __init__(
         self,
         policy: ActorPolicy,
@@ -443,9 +473,11 @@ class Critic(nn.Module):
         self.state_dim = int(state_dim)
         self.time_input = bool(time_input)
         self._id_dim = policy.n_agents
-        self.nets = nn.ModuleDict()
+        self.nets: ModuleMap[MLP] = ModuleMap()
         for key in self.policy_keys:
-            in_dim = policy.actors[key].net[0].in_features
+            first = policy.actors[key].net[0]
+            assert isinstance(first, nn.Linear)
+            in_dim = first.in_features
             in_dim += (self.state_dim + self._id_dim if self.state_dim else 0) + int(time_input)
             self.nets[key] = mlp([in_dim, *hidden, 1], activation, out_gain=1.0)
         self.register_buffer("agent_key", policy.agent_key.clone(), persistent=False)

@@ -107,11 +107,11 @@ class PickledSnapshot:
     """A whole-env snapshot as bytes; restoring yields a *new* env object."""
 
     blob: bytes
-    global_np_state: tuple[Any, ...]
+    global_np_state: dict[str, Any] | tuple[Any, ...]
 
 
-def _rebuild(cls: type, state: dict[str, Any]) -> Any:
-    obj = cls.__new__(cls)
+def _rebuild(cls: type[Any], state: dict[str, Any]) -> Any:
+    obj = cls.__new__(cls)  # type: ignore[call-overload]  # cls may define its own __new__
     obj.__dict__.update(state)
     return obj
 

@@ -90,7 +90,7 @@ class WorkerVec(VecEnv):
         for w in range(num_workers):
             lo, hi = int(bounds[w]), int(bounds[w + 1])
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(child, factory, hi - lo, lo), daemon=True)
+            proc = ctx.Process(target=_worker, args=(child, factory, hi - lo, lo), daemon=True)  # type: ignore[attr-defined]  # typeshed's BaseContext lacks Process
             proc.start()
             child.close()
             self._conns.append(parent)

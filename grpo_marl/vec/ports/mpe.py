@@ -33,7 +33,7 @@ drawn once); steps never loop over envs or agents.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -79,7 +79,7 @@ class _Snap:
     steps: int
     done: bool
     seed: int | None
-    rng_state: dict
+    rng_state: Mapping[str, Any]
     obs: np.ndarray
     state: np.ndarray | None
 
@@ -112,6 +112,7 @@ class _MpeVec(VecEnv):
     mass: np.ndarray  # [A] float
     obs_dims: list[int]
     n_goals: int = 0
+    max_episode_steps: int  # never None here: mpe2's max_cycles is the default
 
     def __init__(
         self, num_envs: int, *, max_episode_steps: int | None = None, with_state: bool = False, **env_kwargs: Any
@@ -224,7 +225,8 @@ class _MpeVec(VecEnv):
     def _prepare_spaces(self) -> None:
         from gymnasium import spaces
 
-        obs_spaces, act_spaces = [], []
+        obs_spaces: list[spaces.Box] = []
+        act_spaces: list[spaces.Box | spaces.Discrete] = []
         for i in range(len(self.agent_names)):
             # mpe2's SimpleEnv: movement part times/plus the comm part
             if self.movable[i]:
@@ -247,7 +249,7 @@ class _MpeVec(VecEnv):
         self.observation_spaces = obs_spaces
         self.action_spaces = act_spaces
         self.layout = layout_of(self.agent_names, obs_spaces, act_spaces, state_dim=sum(self.obs_dims))
-        self._n_actions = np.array([int(s.n) if not self.continuous else 0 for s in act_spaces], np.int64)
+        self._n_actions = np.array([int(s.n) if isinstance(s, spaces.Discrete) else 0 for s in act_spaces], np.int64)
         self._n_actions_u = self._n_actions.astype(np.uint64)
         D = self.layout.obs_shape[0]
         self._state_idx = np.concatenate([i * D + np.arange(d) for i, d in enumerate(self.obs_dims)])
@@ -275,7 +277,7 @@ class _MpeVec(VecEnv):
         self._rngs[i] = g
         return g
 
-    def _rng_state(self, i: int) -> dict:
+    def _rng_state(self, i: int) -> Mapping[str, Any]:
         r = self._rngs[i]
         if r is None:
             r = self._rng(i)
@@ -300,7 +302,7 @@ class _MpeVec(VecEnv):
         n, A = len(idx), len(self.agent_names)
         xy = np.empty((n, A + self.n_landmarks, 2))
         goals = np.empty((n, self.n_goals), np.int64)
-        leaders: dict[int, tuple[int, dict]] = {}  # seed -> (row, generator state after the draws)
+        leaders: dict[int, tuple[int, Mapping[str, Any]]] = {}  # seed -> (row, generator state after the draws)
         for r, (i, seed) in enumerate(zip(idx.tolist(), seeds, strict=True)):
             if seed is not None:
                 seed = int(seed)
@@ -697,7 +699,7 @@ class SimpleSpreadVec(_MpeVec):
     def _terminal(self, w: _World) -> np.ndarray | None:
         if not self.terminate_on_success:
             return None
-        return (self._nearest(w) < self.CAPTURE_RADIUS).all(axis=1)
+        return np.asarray((self._nearest(w) < self.CAPTURE_RADIUS).all(axis=1))
 
 
 class SimpleSpeakerListenerVec(_MpeVec):
