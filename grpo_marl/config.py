@@ -302,7 +302,7 @@ def _algo_kind_error(cfg: DictConfig) -> str | None:
     if name not in ALGOS:
         return f"algo.name={name} is not an installed algorithm; choose one of {', '.join(sorted(ALGOS))}"
     if not family.trains(name):
-        fits = " or ".join(f"algo={a}" for a in ALGOS if family.trains(a))
+        fits = " or ".join(f"algo={a}" for a in family.algos if a in ALGOS)
         trained = " and ".join(f.plural for f in FAMILIES.values() if f.trains(name))
         return f"algo={name} trains {trained} only, but env {cfg.env!r} is {family.noun}; use {fits}"
     return None
@@ -316,16 +316,10 @@ def _int_or_none(value: Any) -> int | None:
 def _validate_grpo(cfg: DictConfig) -> list[str]:
     if cfg.algo.name != "grpo":
         return []
-    errors: list[str] = []
-    from grpo_marl.losses import AGGREGATIONS, LOSSES, GRPOLoss
-
-    # The installed aggregations / GRPO-family losses (extensions may register more than the schema names).
-    _choice(errors, cfg, "algo.aggregation", tuple(AGGREGATIONS))
-    _choice(errors, cfg, "algo.loss", tuple(k for k, v in LOSSES.items() if issubclass(v, GRPOLoss)))
+    # algo.loss / algo.aggregation name registries: the schema reads them (schema.Registered).
     from grpo_marl.families import family_of
 
-    errors += family_of(cfg).grpo_errors(cfg)  # group modes, rollouts, vector widths the family allows
-    return errors
+    return family_of(cfg).grpo_errors(cfg)  # group modes, rollouts, vector widths the family allows
 
 
 def validate(cfg: DictConfig) -> None:

@@ -152,6 +152,8 @@ class EnvFamily:
 
     def grpo_errors(self, cfg: DictConfig) -> list[str]:
         """The family's rules on GRPO's group and rollout keys (one message per problem, naming the key)."""
+        from grpo_marl.config import _int_or_none
+
         a, errors = cfg.algo, []
         mode = a.get("group_mode")
         if mode is not None and mode not in self.group_modes:
@@ -186,10 +188,6 @@ class EnvFamily:
                     f"{groups * size} (GRPO runs one env per group member); leave vec.num_envs=0 to derive it"
                 )
         return errors
-
-
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _installed(module: str) -> bool:

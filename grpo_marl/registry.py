@@ -152,7 +152,7 @@ class Registry(Generic[T]):
 
     def unknown_message(self, name: str) -> str:
         return (
-            f"unknown {self.what} {name!r}.{self.suggestion(name)} Known: {', '.join(sorted(self._items))}."
+            f"unknown {self.what} {name!r}; registered: {', '.join(sorted(self._items))}.{self.suggestion(name)}"
             + self.broken_note(name)
         )
 
