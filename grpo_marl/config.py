@@ -226,7 +226,9 @@ def derive_eval_interval(cfg: DictConfig) -> None:
 
 def derive_sizes(cfg: DictConfig) -> None:
     """Fill sizes that follow from others (e.g. GRPO's vector width = num_groups * group_size)."""
-    control = cfg.get("env_kind", "gymnasium") in ("gymnasium", "pettingzoo")
+    from grpo_marl.families import family_of
+
+    control = family_of(cfg).vectorized
     if cfg.algo.name == "grpo" and control and not cfg.vec.num_envs:
         cfg.vec.num_envs = int(cfg.algo.num_groups) * int(cfg.algo.group_size)
     if cfg.algo.name in ("ppo", "mappo", "ippo") and control:
@@ -265,25 +267,6 @@ def _positive(errors: list[str], cfg: DictConfig, key: str, strict: bool = True,
         errors.append(f"{key}={value!r} must be {'> 0' if strict else '>= 0'}")
 
 
-#: Which env kinds each algorithm trains (``grpo`` trains every kind).
-ALGO_KINDS: dict[str, tuple[str, ...]] = {
-    "grpo": ("gymnasium", "pettingzoo", "text"),
-    "ppo": ("gymnasium",),
-    "mappo": ("pettingzoo",),
-    "ippo": ("pettingzoo",),
-}
-_KIND_WORDS = {
-    "gymnasium": "a single-agent Gymnasium env",
-    "pettingzoo": "a multi-agent PettingZoo env",
-    "text": "a text env",
-}
-_KIND_PLURAL = {
-    "gymnasium": "single-agent Gymnasium envs",
-    "pettingzoo": "multi-agent PettingZoo envs",
-    "text": "text envs",
-}
-
-
 @register_validator
 def _validate_common(cfg: DictConfig) -> list[str]:
     """Cross-key rules shared by every algorithm (types and ranges are in :mod:`grpo_marl.schema`)."""
@@ -310,19 +293,18 @@ def _validate_common(cfg: DictConfig) -> list[str]:
 
 
 def _algo_kind_error(cfg: DictConfig) -> str | None:
-    """An algorithm that cannot train this kind of env (every other check would be noise then)."""
+    """An algorithm that cannot train this env's family (every other check would be noise then).
+    Which algorithms train a family is the family's (:attr:`grpo_marl.families.EnvFamily.algos`)."""
     from grpo_marl.algos import ALGOS
+    from grpo_marl.families import FAMILIES, family_of
 
-    name, kind = str(cfg.algo.name), str(cfg.get("env_kind", "gymnasium"))
+    name, family = str(cfg.algo.name), family_of(cfg)
     if name not in ALGOS:
         return f"algo.name={name} is not an installed algorithm; choose one of {', '.join(sorted(ALGOS))}"
-    kinds = ALGO_KINDS.get(name)
-    if kinds is not None and kind not in kinds:
-        fits = " or ".join(f"algo={a}" for a, ks in ALGO_KINDS.items() if kind in ks)
-        return (
-            f"algo={name} trains {' and '.join(_KIND_PLURAL[k] for k in kinds)} only, but env {cfg.env!r} is "
-            f"{_KIND_WORDS.get(kind, kind)}; use {fits}"
-        )
+    if not family.trains(name):
+        fits = " or ".join(f"algo={a}" for a in family.algos if a in ALGOS)
+        trained = " and ".join(f.plural for f in FAMILIES.values() if f.trains(name))
+        return f"algo={name} trains {trained} only, but env {cfg.env!r} is {family.noun}; use {fits}"
     return None
 
 
@@ -334,33 +316,10 @@ def _int_or_none(value: Any) -> int | None:
 def _validate_grpo(cfg: DictConfig) -> list[str]:
     if cfg.algo.name != "grpo":
         return []
-    a = cfg.algo
-    errors: list[str] = []
-    from grpo_marl.losses import AGGREGATIONS, LOSSES, GRPOLoss
+    # algo.loss / algo.aggregation name registries: the schema reads them (schema.Registered).
+    from grpo_marl.families import family_of
 
-    # The installed aggregations / GRPO-family losses (extensions may register more than the schema names).
-    _choice(errors, cfg, "algo.aggregation", tuple(AGGREGATIONS))
-    _choice(errors, cfg, "algo.loss", tuple(k for k, v in LOSSES.items() if issubclass(v, GRPOLoss)))
-    kind = cfg.get("env_kind", "gymnasium")
-    if kind == "gymnasium" and a.group_mode in ("agent", "seed_agent"):
-        errors.append(f"algo.group_mode={a.group_mode} needs a multi-agent env; single-agent envs use seed or state")
-    if a.group_mode == "state" and kind == "gymnasium" and cfg.vec.vectorization == "async":
-        errors.append("algo.group_mode=state needs env snapshots: use vec.vectorization=sync or auto")
-    if a.get("rollout", "batch") == "stream":
-        if kind != "gymnasium" or a.group_mode != "seed":
-            errors.append(
-                f"algo.rollout=stream streams seed groups of single-agent envs (here group_mode={a.group_mode}, "
-                f"env kind {kind}); use algo.rollout=batch"
-            )
-        elif cfg.vec.vectorization == "async":
-            errors.append("algo.rollout=stream starts members from env snapshots: use vec.vectorization=sync or auto")
-    groups, size, n = _int_or_none(a.num_groups), _int_or_none(a.group_size), _int_or_none(cfg.vec.num_envs)
-    if kind == "gymnasium" and groups and size and n and n != groups * size:
-        errors.append(
-            f"vec.num_envs={n} does not fit algo.num_groups={groups} x algo.group_size={size} = {groups * size} "
-            "(GRPO runs one env per group member); leave vec.num_envs=0 to derive it"
-        )
-    return errors
+    return family_of(cfg).grpo_errors(cfg)  # group modes, rollouts, vector widths the family allows
 
 
 def validate(cfg: DictConfig) -> None:

@@ -60,13 +60,15 @@ def record_gifs(cfg: Any, task: Any, out_dir: Path, episodes: int, seed: int) ->
     ``cfg.eval.deterministic`` is false."""
     from PIL import Image
 
+    from grpo_marl.families import get_family
     from grpo_marl.registry import get_spec
 
     spec = get_spec(str(cfg.env))
-    if spec.kind == "pettingzoo":
+    family = get_family(spec.kind)
+    if not family.records_video:
+        raise ValueError(f"video recording supports Gymnasium and PettingZoo envs, not kind {spec.kind!r}")
+    if family.multi_agent:
         return _record_pettingzoo_gifs(cfg, task, out_dir, episodes, seed)
-    if spec.kind != "gymnasium":
-        raise ValueError(f"video recording supports single-agent gymnasium envs, not kind {spec.kind!r}")
     out_dir.mkdir(parents=True, exist_ok=True)
     env = spec.make(**{**dict(cfg.env_kwargs or {}), "render_mode": "rgb_array"})
     fps = int(env.metadata.get("render_fps", 30))

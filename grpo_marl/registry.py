@@ -17,35 +17,212 @@ Built-in envs live in the top-level ``envs`` package and are imported lazily on 
 
 from __future__ import annotations
 
+import difflib
 import importlib
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, ItemsView, Iterator, Sequence, ValuesView
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from grpo_marl.errors import MissingExtraError, UnknownEnvError, UserInputError
 
-__all__ = ["EnvSpec", "UnknownEnvError", "get_spec", "list_envs", "make_env", "register_env"]
+__all__ = ["ENVS", "EnvSpec", "Registry", "UnknownEnvError", "get_spec", "list_envs", "make_env", "register_env"]
 
-KINDS = ("gymnasium", "pettingzoo", "text")
 BUILTIN_MODULES = ("envs.classic_control", "envs.multiagent", "envs.text")
 ENTRY_POINT_GROUP = "grpo_marl.envs"
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """One name -> object table: the convention of every extension point (envs, env families,
+    losses, aggregations, algorithms), so user code and installed plugins extend each the same way.
+
+    Reading it like a dict (``name in LOSSES``, ``LOSSES[name]``, iteration) sees only what is
+    registered so far; :meth:`get`, :meth:`find` and :meth:`names` first import the built-in ``modules`` and then
+    the ``entry_point_group`` of installed packages (each once), so a lookup sees everything a
+    plain name can reach. A plugin that fails to import is named in a warning and recorded in
+    :attr:`broken`; it never breaks a lookup of something else, and a lookup of its own name says
+    why it is missing. Validation reads :meth:`names` at validation time, so what user code
+    registers is accepted exactly like a built-in.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        modules: Sequence[str] = (),
+        entry_point_group: str | None = None,
+        on_entry_point: Callable[[str, Any], None] | None = None,
+        error: type[Exception] = UserInputError,
+    ) -> None:
+        self.what = what
+        self.modules = tuple(modules)
+        self.entry_point_group = entry_point_group
+        self.error = error
+        self._on_entry_point = on_entry_point
+        self._items: dict[str, T] = {}
+        self.modules_loaded = not self.modules
+        self.entry_points_loaded = entry_point_group is None
+        #: entry-point name -> why it failed to load (shown in the error when it is asked for)
+        self.broken: dict[str, str] = {}
+
+    # -- dict view (no loading) ----------------------------------------------------------------
+    def __getitem__(self, name: str) -> T:
+        return self._items[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def items(self) -> ItemsView[str, T]:
+        return self._items.items()
+
+    def values(self) -> ValuesView[T]:
+        return self._items.values()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    # -- registration ----------------------------------------------------------------------------
+    def register(self, name: str, obj: T, *, overwrite: bool = False) -> T:
+        """Add ``obj`` under ``name``; a different object under a taken name needs ``overwrite``."""
+        existing = self._items.get(name)
+        if existing is not None and existing is not obj and not overwrite:
+            raise ValueError(f"{self.what} {name!r} is already registered ({_describe(existing)})")
+        self._items[name] = obj
+        return obj
+
+    def pop(self, name: str, default: T | None = None) -> T | None:
+        """Remove ``name`` (tests undo their registrations with it)."""
+        return self._items.pop(name, default)
+
+    def state(self) -> tuple[dict[str, T], bool, bool, dict[str, str]]:
+        """Everything registered and loaded so far, for :meth:`restore` (test sandboxes)."""
+        return dict(self._items), self.modules_loaded, self.entry_points_loaded, dict(self.broken)
+
+    def restore(self, state: tuple[dict[str, T], bool, bool, dict[str, str]]) -> None:
+        items, self.modules_loaded, self.entry_points_loaded, broken = state
+        self._items.clear()
+        self._items.update(items)
+        self.broken.clear()
+        self.broken.update(broken)
+
+    # -- lookup ------------------------------------------------------------------------------------
+    def find(self, name: str) -> T | None:
+        """``name``'s object, loading built-ins and then entry points until it appears; else None."""
+        if name in self._items:
+            return self._items[name]
+        self.load_modules()
+        if name in self._items:
+            return self._items[name]
+        self.load_entry_points()
+        return self._items.get(name)
+
+    def get(self, name: str) -> T:
+        """``name``'s object (loading as :meth:`find` does); an unknown name raises :attr:`error`
+        with the closest name and the list. Unlike ``dict.get`` it never returns None."""
+        found = self.find(name)
+        if found is None:
+            raise self.error(self.unknown_message(name))
+        return found
+
+    def names(self) -> list[str]:
+        """Every registered name (built-ins and entry points loaded), sorted."""
+        self.load_modules()
+        self.load_entry_points()
+        return sorted(self._items)
+
+    def suggestion(self, name: str, candidates: Sequence[str] | None = None) -> str:
+        """`` Did you mean X?`` for the closest of ``candidates`` (default: every name), or ''."""
+        pool = list(self._items) if candidates is None else list(candidates)
+        close = difflib.get_close_matches(name, pool, n=1)
+        return f" Did you mean {close[0]}?" if close else ""
+
+    def broken_note(self, name: str) -> str:
+        """Why ``name`` may be missing: its own plugin failed, or which plugins did ('' if none)."""
+        if name in self.broken:
+            return f" The {self.what} {name!r} comes from a plugin that failed to load: {self.broken[name]}."
+        if self.broken:
+            return f" Plugins that failed to load: {'; '.join(f'{k} ({v})' for k, v in self.broken.items())}."
+        return ""
+
+    def unknown_message(self, name: str) -> str:
+        return (
+            f"unknown {self.what} {name!r}; registered: {', '.join(sorted(self._items))}.{self.suggestion(name)}"
+            + self.broken_note(name)
+        )
+
+    # -- loading -----------------------------------------------------------------------------------
+    def load_modules(self) -> None:
+        if self.modules_loaded:
+            return
+        self.modules_loaded = True
+        for module in self.modules:
+            try:
+                importlib.import_module(module)
+            except ModuleNotFoundError as exc:
+                # Only tolerate the built-in module itself being absent (e.g. a trimmed install);
+                # a missing dependency *inside* it is a real error the user must see.
+                if exc.name != module and not module.startswith(str(exc.name)):
+                    raise
+
+    def load_entry_points(self) -> None:
+        if self.entry_points_loaded or self.entry_point_group is None:
+            return
+        self.entry_points_loaded = True
+        for ep in metadata.entry_points(group=self.entry_point_group):
+            if ep.name in self._items:
+                continue
+            try:
+                obj = ep.load()
+                if self._on_entry_point is None:
+                    self.register(ep.name, obj)
+                else:
+                    self._on_entry_point(ep.name, obj)
+            except Exception as exc:  # a third-party plugin: never let it break another lookup
+                why = f"{ep.value}: {type(exc).__name__}: {exc}"
+                self.broken[ep.name] = why
+                warnings.warn(
+                    f"grpo_marl: the {self.entry_point_group} entry point {ep.name!r} failed to load and is skipped "
+                    f"({why})",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+
+
+def _describe(obj: object) -> str:
+    return getattr(obj, "__qualname__", None) or type(obj).__name__
 
 
 @dataclass
 class EnvSpec:
-    """Everything the framework knows about one registered environment."""
+    """Everything the framework knows about one registered environment.
+
+    ``kind`` names its :class:`grpo_marl.families.EnvFamily` (``gymnasium``, ``pettingzoo``,
+    ``text`` or a family user code registered); everything kind-specific goes through that object.
+    """
 
     name: str
-    factory: Callable[..., Any]
+    factory: Callable[..., Any] | None
     kind: str = "gymnasium"
     defaults: dict[str, Any] = field(default_factory=dict)
     threshold: float | None = None
     description: str = ""
     gym_id: str | None = None  # set when the factory is plain gymnasium.make(gym_id)
-    vector_factory: Callable[..., Any] | None = None  # optional natively vectorized constructor
+    #: ``vector_factory(num_envs, *, with_state, **env_kwargs) -> VecEnv``: a batched implementation
+    #: that ``vec.vectorization=auto|native`` uses instead of ``num_envs`` copies of ``factory``
+    vector_factory: Callable[..., Any] | None = None
 
     def make(self, **kwargs: Any) -> Any:
+        if self.factory is None:
+            raise UserInputError(
+                f"env {self.name!r} has only a vector_factory (no single-env factory); "
+                "use vec.vectorization=auto or native"
+            )
         try:
             return self.factory(**kwargs)
         except TypeError as exc:
@@ -59,9 +236,31 @@ class EnvSpec:
             raise
 
 
-_REGISTRY: dict[str, EnvSpec] = {}
-_BUILTINS_LOADED = False
-_ENTRY_POINTS_LOADED = False
+def _env_entry_point(name: str, obj: Any) -> None:
+    """A ``grpo_marl.envs`` entry point: a hook that registers envs when called, or a factory
+    registered under the entry's name (of the kind its ``grpo_marl_kind`` attribute names)."""
+    if not callable(obj):
+        raise TypeError(f"entry point {name!r} is not callable")
+    before = set(ENVS)
+    try:
+        result = obj()
+    except TypeError:
+        result = None
+    if set(ENVS) == before:
+        # Not a registration hook: treat the entry point as a factory.
+        register_env(
+            name, obj, kind=getattr(result, "grpo_marl_kind", None) or getattr(obj, "grpo_marl_kind", "gymnasium")
+        )
+
+
+#: Every registered env, by short name.
+ENVS: Registry[EnvSpec] = Registry(
+    "env",
+    modules=BUILTIN_MODULES,
+    entry_point_group=ENTRY_POINT_GROUP,
+    on_entry_point=_env_entry_point,
+    error=UnknownEnvError,
+)
 
 
 def register_env(
@@ -78,22 +277,27 @@ def register_env(
 ) -> EnvSpec:
     """Register an environment under ``name``.
 
-    ``factory(**env_kwargs)`` must return a Gymnasium env (kind ``gymnasium``), a PettingZoo
-    Parallel/AEC env (``pettingzoo``) or a text env (``text``). ``defaults`` are config overrides
-    (e.g. ``{"algo": {"group_size": 8}, "total_steps": 100_000}``) applied *under* the user's
-    command-line overrides, so tuned values never beat an explicit choice.
+    ``factory(**env_kwargs)`` must return an env of the family ``kind`` names: a Gymnasium env
+    (``gymnasium``), a PettingZoo Parallel/AEC env (``pettingzoo``), a text env (``text``), or
+    what a family registered with :func:`grpo_marl.families.register_family` builds.
+    ``vector_factory(num_envs, *, with_state, **env_kwargs)`` is a batched implementation that
+    ``vec.vectorization=auto|native`` uses (an env may have only this). ``defaults`` are config
+    overrides (e.g. ``{"algo": {"group_size": 8}, "total_steps": 100_000}``) applied *under* the
+    user's command-line overrides, so tuned values never beat an explicit choice.
     """
-    if kind not in KINDS:
-        raise ValueError(f"register_env({name!r}): kind must be one of {KINDS}, got {kind!r}")
-    if factory is None and gym_id is None:
-        raise ValueError(f"register_env({name!r}): give a factory or a gym_id")
-    if name in _REGISTRY and not overwrite:
-        existing = _REGISTRY[name]
+    from grpo_marl.families import FAMILIES
+
+    if FAMILIES.find(kind) is None:
+        raise ValueError(f"register_env({name!r}): kind must be one of {tuple(FAMILIES.names())}, got {kind!r}")
+    if factory is None and gym_id is None and vector_factory is None:
+        raise ValueError(f"register_env({name!r}): give a factory, a vector_factory or a gym_id")
+    existing = ENVS[name] if name in ENVS else None
+    if existing is not None and not overwrite:
         if existing.factory is factory and existing.gym_id == gym_id:
             return existing
         raise ValueError(f"env {name!r} is already registered; pass overwrite=True to replace it")
-    if factory is None:
-        factory = _gym_factory(gym_id)  # type: ignore[arg-type]
+    if factory is None and gym_id is not None:
+        factory = _gym_factory(gym_id)
     spec = EnvSpec(
         name=name,
         factory=factory,
@@ -104,8 +308,7 @@ def register_env(
         gym_id=gym_id,
         vector_factory=vector_factory,
     )
-    _REGISTRY[name] = spec
-    return spec
+    return ENVS.register(name, spec, overwrite=True)
 
 
 def _gym_factory(gym_id: str) -> Callable[..., Any]:
@@ -118,78 +321,34 @@ def _gym_factory(gym_id: str) -> Callable[..., Any]:
     return make
 
 
-def _load_builtins() -> None:
-    global _BUILTINS_LOADED
-    if _BUILTINS_LOADED:
-        return
-    _BUILTINS_LOADED = True
-    for module in BUILTIN_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            # Only tolerate the built-in module itself being absent (e.g. a trimmed install);
-            # a missing dependency *inside* it is a real error the user must see.
-            if exc.name != module and not module.startswith(str(exc.name)):
-                raise
-
-
-def _load_entry_points() -> None:
-    global _ENTRY_POINTS_LOADED
-    if _ENTRY_POINTS_LOADED:
-        return
-    _ENTRY_POINTS_LOADED = True
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        obj = ep.load()
-        if ep.name in _REGISTRY:
-            continue
-        before = set(_REGISTRY)
-        if callable(obj):
-            try:
-                result = obj()
-            except TypeError:
-                result = None
-            if set(_REGISTRY) == before:
-                # Not a registration hook: treat the entry point as a gymnasium factory.
-                register_env(ep.name, obj, kind=getattr(result, "grpo_marl_kind", "gymnasium"))
-
-
 def list_envs() -> list[str]:
     """Names of every registered env (built-ins and entry points included), sorted."""
-    _load_builtins()
-    _load_entry_points()
-    return sorted(_REGISTRY)
+    return ENVS.names()
 
 
 def get_spec(name: str) -> EnvSpec:
     """Resolve ``name`` to an :class:`EnvSpec`.
 
-    Accepts a registered short name, ``gym:ID`` for any Gymnasium id, or ``package.module:factory``.
-    Unknown names raise :class:`UnknownEnvError` listing every known name.
+    Accepts a registered short name, ``gym:ID`` for any Gymnasium id, ``pz:ID`` for any PettingZoo
+    id, or ``package.module:factory``. Unknown names raise :class:`UnknownEnvError` with the
+    closest known name and the list (and, if one failed, the plugin that would have provided it).
     """
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    _load_builtins()
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    _load_entry_points()
-    if name in _REGISTRY:
-        return _REGISTRY[name]
+    spec = ENVS.find(name)
+    if spec is not None:
+        return spec
     if name.startswith("gym:"):
         return _gym_spec(name)
     if name.startswith("pz:"):
         return _pz_spec(name)
     if ":" in name:
         return _import_spec(name)
-    import difflib
-
-    close = difflib.get_close_matches(name, [n for n in _REGISTRY if not _is_alias(n)], n=1)
-    hint = f" Did you mean {close[0]}?" if close else ""
-    raise UnknownEnvError(f"unknown env {name!r}.{hint} {_known_names()}")
+    hint = ENVS.suggestion(name, [n for n in ENVS if not _is_alias(n)])
+    raise UnknownEnvError(f"unknown env {name!r}.{hint} {_known_names()}{ENVS.broken_note(name)}")
 
 
 def _known_names() -> str:
     # Version aliases (pursuit_v5 beside pursuit) would double a long list: show the short names.
-    names = sorted(n for n in _REGISTRY if not _is_alias(n))
+    names = sorted(n for n in ENVS if not _is_alias(n))
     return (
         f"Known envs: {', '.join(names)} (plus versioned aliases such as pursuit_v5). "
         "Use env=gym:<Gymnasium id> for any Gymnasium env, env=pz:<namespace>/<name>-v<N> for any PettingZoo "
@@ -203,7 +362,7 @@ def _is_alias(name: str) -> bool:
     if "/" in name:
         return True
     base = re.sub(r"_v\d+$", "", name)
-    return base != name and base in _REGISTRY
+    return base != name and base in ENVS
 
 
 def _gym_spec(name: str) -> EnvSpec:
@@ -223,7 +382,7 @@ def _gym_spec(name: str) -> EnvSpec:
         raise UnknownEnvError(f"env {name!r}: Gymnasium has no id {gym_id!r} ({exc})") from exc
     _check_gym_dependencies(name, str(gym_spec.entry_point))
     # Reuse the tuned defaults of a built-in alias of the same id, if there is one.
-    for spec in _REGISTRY.values():
+    for spec in ENVS.values():
         if spec.gym_id == gym_id:
             return register_env(
                 name,
@@ -346,11 +505,10 @@ def _import_spec(name: str) -> EnvSpec:
         raise UnknownEnvError(f"env {name!r}: module {module_name!r} has no attribute {attr!r}") from exc
     if not callable(factory):
         raise UnknownEnvError(f"env {name!r}: {attr!r} is not callable")
-    kind = getattr(factory, "grpo_marl_kind", "gymnasium")
     return register_env(
         name,
         factory,
-        kind=kind,
+        kind=getattr(factory, "grpo_marl_kind", "gymnasium"),
         defaults=getattr(factory, "grpo_marl_defaults", None),
         threshold=getattr(factory, "grpo_marl_threshold", None),
     )

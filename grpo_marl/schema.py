@@ -12,6 +12,7 @@ vs env kind, group sizes vs ``vec.num_envs``, ...) live in :mod:`grpo_marl.confi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +31,17 @@ class Key:
     choices: tuple[Any, ...] | None = None
     nullable: bool = False
     hint: str = ""  # appended to a range error: what to set instead
+    #: a choice among what a registry holds *at validation time* (so user registrations count)
+    registered: Callable[[], tuple[Any, ...]] | None = None
+
+    def options(self) -> tuple[Any, ...] | None:
+        """The allowed values of a choice key (None: not a choice)."""
+        return self.registered() if self.registered is not None else self.choices
 
     def describe(self) -> str:
-        if self.choices is not None:
-            return "one of " + ", ".join(_show(c) for c in self.choices)
+        options = self.options()
+        if options is not None:
+            return "one of " + ", ".join(_show(c) for c in options)
         if self.kind == "ints":
             return "a list of positive integers, e.g. [64, 64]"
         bounds = []
@@ -82,6 +90,29 @@ def Float(
 
 def Choice(*options: Any, nullable: bool = False) -> Key:
     return Key("choice", choices=tuple(options), nullable=nullable)
+
+
+def Registered(names: Callable[[], tuple[Any, ...]]) -> Key:
+    """A choice among the names ``names()`` returns when the config is checked (a registry's)."""
+    return Key("choice", registered=names)
+
+
+def _grpo_losses() -> tuple[str, ...]:
+    from grpo_marl.losses import LOSSES, GRPOLoss
+
+    return tuple(k for k in LOSSES.names() if issubclass(LOSSES[k], GRPOLoss))
+
+
+def _aggregations() -> tuple[str, ...]:
+    from grpo_marl.losses import AGGREGATIONS
+
+    return tuple(AGGREGATIONS.names())
+
+
+def _group_modes() -> tuple[str, ...]:
+    from grpo_marl.groups import GROUP_MODES
+
+    return GROUP_MODES
 
 
 BOOL = Key("bool")
@@ -167,7 +198,7 @@ _PPO: dict[str, Key] = {
 ALGO: dict[str, dict[str, Key]] = {
     "grpo": {
         "name": Key("str"),
-        "group_mode": Choice("seed", "state", "agent", "seed_agent"),
+        "group_mode": Registered(_group_modes),
         "rollout": Choice("batch", "stream"),
         "group_size": Int(
             lo=2,
@@ -186,8 +217,8 @@ ALGO: dict[str, dict[str, Key]] = {
         "beta": NONNEG,
         "ref_refresh": Int(lo=0, hint="0 = frozen reference"),
         "entropy_coef": NONNEG,
-        "aggregation": Choice("grpo", "dapo", "dr_grpo"),
-        "loss": Choice("grpo", "gspo"),
+        "aggregation": Registered(_aggregations),
+        "loss": Registered(_grpo_losses),
         "max_grad_norm": Float(lo=0, hint="0 = no clipping"),
         "adam_eps": POS,
         "zero_std": Choice("keep", "skip", "resample"),
@@ -261,10 +292,11 @@ def check_value(key: str, value: Any, spec: Key) -> str | None:
     what = f"{key}={shown}"
     if spec.kind == "any":
         return None
-    if spec.choices is not None:
-        if any(value == c and isinstance(value, bool) == isinstance(c, bool) for c in spec.choices):
+    choices = spec.options()
+    if choices is not None:
+        if any(value == c and isinstance(value, bool) == isinstance(c, bool) for c in choices):
             return None
-        options = ", ".join(_show(c) for c in spec.choices)
+        options = ", ".join(_show(c) for c in choices)
         return f"{what} is not valid; choose one of {options}"
     if spec.kind == "bool":
         return None if isinstance(value, bool) else f"{what} must be true or false"

@@ -28,6 +28,7 @@ from grpo_marl.algos import get_algo
 from grpo_marl.batch import Batch
 from grpo_marl.checkpoint import atomic_save, checkpoint_path, load_checkpoint, rng_state, set_rng_state
 from grpo_marl.errors import NonFiniteError, RemoteRankError, TrainingStopped
+from grpo_marl.families import FAMILIES, family_of, get_family
 from grpo_marl.logging import RunLogger
 from grpo_marl.registry import get_spec
 from grpo_marl.tasks import make_task
@@ -45,8 +46,8 @@ def resolve_device(name: str) -> torch.device:
 def autocast_dtype(autocast: str, device: torch.device, kind: str) -> torch.dtype | None:
     """The ``autocast`` setting as a dtype (None = off).
 
-    ``auto`` is bf16 for LLM policies (env kind ``text``) on a CUDA device that supports it, and
-    off otherwise. LLM weights stay float32 (``model.dtype=auto``) because Adam's steps at
+    ``auto`` is bf16 for LLM policies (env families with ``bf16_autocast``: ``text``) on a CUDA
+    device that supports it, and off otherwise (``kind`` names the env family). LLM weights stay float32 (``model.dtype=auto``) because Adam's steps at
     fine-tuning learning rates (~1e-5 of a weight) are below bf16's resolution (2^-8 relative) and
     round away: on one H200, SmolLM2-135M on arith_chat with bf16 weights went from 0.29 to only
     0.44 held-out accuracy in 5,760 completions, with float32 weights + bf16 autocast to 0.80 in
@@ -54,7 +55,9 @@ def autocast_dtype(autocast: str, device: torch.device, kind: str) -> torch.dtyp
     """
     if autocast == "bf16":
         return torch.bfloat16
-    if autocast == "auto" and kind == "text" and device.type == "cuda" and torch.cuda.is_bf16_supported():
+    family = FAMILIES.find(kind)
+    llm = family is not None and family.bf16_autocast
+    if autocast == "auto" and llm and device.type == "cuda" and torch.cuda.is_bf16_supported():
         return torch.bfloat16
     return None
 
@@ -141,10 +144,10 @@ class Trainer:
         self.ctx = dist.init(str((cfg.get("distributed") or {}).get("backend", "auto")))
         self.is_main = self.ctx.rank == 0
         threads = int(cfg.get("threads", 0) or 0)
-        if threads <= 0 and cfg.get("env_kind", "gymnasium") != "text":
-            # Small MLPs on small batches: intra-op threading costs more than it saves (measured
-            # 60 us vs 0.4-2 ms per forward on 2 cores), so control tasks default to one thread.
-            threads = 1
+        if threads <= 0:
+            # The env family's default: one thread for control (small MLPs on small batches),
+            # torch's own for LLM policies (see EnvFamily.default_threads).
+            threads = family_of(cfg).default_threads
         if threads > 0:
             torch.set_num_threads(threads)
         seed_everything(int(cfg.seed) + 1000 * self.ctx.rank)
@@ -167,8 +170,7 @@ class Trainer:
         dist.broadcast_modules([*self.modules.values(), self.algo.reference()], self.ctx)
         find_unused = (cfg.get("distributed") or {}).get("find_unused_parameters", "auto")
         if find_unused == "auto":
-            # Multi-agent policies skip agent-groups absent from a minibatch (unused parameters).
-            find_unused = self.spec.kind == "pettingzoo"
+            find_unused = get_family(self.spec.kind).find_unused_parameters
         self.dp = dist.DataParallel(self.modules, self.algo.loss, self.ctx, self.device, bool(find_unused))
         self._autocast_dtype = autocast_dtype(str(cfg.get("autocast", "auto")), self.device, self.spec.kind)
         # Fused Adam (one kernel over all parameters) where every parameter allows it: for the

@@ -178,18 +178,18 @@ def single_thread() -> Iterator[None]:
 
 @pytest.fixture
 def registry_sandbox() -> Iterator[Any]:
-    """Undo every registration a test makes (built-ins loaded first so they survive the restore)."""
+    """Undo every env and env-family registration a test makes (built-ins loaded first so they
+    survive the restore)."""
     from grpo_marl import registry
+    from grpo_marl.families import FAMILIES
 
-    registry._load_builtins()
-    saved = dict(registry._REGISTRY)
-    flags = (registry._BUILTINS_LOADED, registry._ENTRY_POINTS_LOADED)
+    registry.ENVS.load_modules()
+    saved = registry.ENVS.state(), FAMILIES.state()
     try:
         yield registry
     finally:
-        registry._REGISTRY.clear()
-        registry._REGISTRY.update(saved)
-        registry._BUILTINS_LOADED, registry._ENTRY_POINTS_LOADED = flags
+        registry.ENVS.restore(saved[0])
+        FAMILIES.restore(saved[1])
 
 
 def _read_metrics(run_dir: Path) -> list[dict]:

@@ -16,7 +16,7 @@ from grpo_marl.policies.mlp import ActorPolicy
 from grpo_marl.registry import get_spec
 from grpo_marl.tasks.control import ControlTask
 from grpo_marl.vec import SnapshotUnsupported, VecEnv, make_vec_env
-from grpo_marl.vec.native import NativeCartPoleVec
+from grpo_marl.vec.ports.classic import CartPoleVec
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -199,7 +199,7 @@ class NoSnapshots(VecEnv):
 
 
 def test_state_mode_needs_snapshots() -> None:
-    vec = NoSnapshots(NativeCartPoleVec(4))
+    vec = NoSnapshots(CartPoleVec(4))
     groups = AgentGroups.from_layout(vec.layout)
     with pytest.raises(SnapshotUnsupported, match="vectorization=sync"):
         EpisodeCollector(vec, groups, 2, 2, mode="state")
@@ -207,12 +207,12 @@ def test_state_mode_needs_snapshots() -> None:
 
 
 def test_collector_checks_vector_width_and_group_mode() -> None:
-    vec = NativeCartPoleVec(5)
+    vec = CartPoleVec(5)
     groups = AgentGroups.from_layout(vec.layout)
     with pytest.raises(UserInputError, match=r"5 envs but algo.num_groups \* algo.group_size = 4"):
         EpisodeCollector(vec, groups, 2, 2)
     with pytest.raises(UserInputError, match="has one agent; use algo.group_mode=seed or state"):
-        EpisodeCollector(NativeCartPoleVec(4), groups, 2, 2, mode="agent")
+        EpisodeCollector(CartPoleVec(4), groups, 2, 2, mode="agent")
 
 
 def test_collector_state_dict_round_trip() -> None:

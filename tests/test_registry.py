@@ -151,7 +151,7 @@ def test_register_env_gym_id_only(registry_sandbox) -> None:
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"kind": "robot"}, "kind must be one of"), ({}, "give a factory or a gym_id")],
+    [({"kind": "robot"}, "kind must be one of"), ({}, "give a factory, a vector_factory or a gym_id")],
 )
 def test_register_env_rejects_bad_arguments(registry_sandbox, kwargs: dict, message: str) -> None:
     factory = None if not kwargs else (lambda: None)
@@ -174,7 +174,7 @@ def test_installed_entry_points(registry_sandbox, tmp_path: Path, monkeypatch: p
         "[grpo_marl.envs]\nep_factory_env = tests.custom_envs:make_toy\nep_hook = tests.custom_envs:register_hook\n",
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    registry_sandbox._ENTRY_POINTS_LOADED = False
+    registry_sandbox.ENVS.entry_points_loaded = False
     names = list_envs()
     assert "ep_factory_env" in names
     assert "ep_hook_env" in names  # registered by the hook
@@ -190,7 +190,7 @@ def test_installed_entry_points(registry_sandbox, tmp_path: Path, monkeypatch: p
 def test_entry_points_are_loaded_on_lookup(registry_sandbox, tmp_path: Path, monkeypatch) -> None:
     _install_fake_distribution(tmp_path, "[grpo_marl.envs]\nep_lookup_env = tests.custom_envs:make_toy\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    registry_sandbox._ENTRY_POINTS_LOADED = False
+    registry_sandbox.ENVS.entry_points_loaded = False
     assert get_spec("ep_lookup_env").name == "ep_lookup_env"  # without calling list_envs() first
 
 

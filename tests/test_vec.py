@@ -17,7 +17,6 @@ from grpo_marl.errors import EnvError, UserInputError
 from grpo_marl.registry import get_spec
 from grpo_marl.vec import SnapshotUnsupported, Step, VecEnv, make_vec_env
 from grpo_marl.vec.local import LocalVec
-from grpo_marl.vec.native import NativeCartPoleVec
 from grpo_marl.vec.ports.classic import PendulumVec
 from grpo_marl.vec.ports.mpe import SimpleSpreadVec
 from grpo_marl.vec.snapshot import restore_env, snapshot_env
@@ -29,7 +28,6 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 # Gymnasium in-process and in workers, PettingZoo in-process and in workers).
 ENVS = {
     "cartpole-native": ("cartpole", "native"),
-    "cartpole-gymvec": ("cartpole", "gymvec"),  # NativeCartPoleVec over Gymnasium's CartPoleVectorEnv
     "cartpole-sync": ("cartpole", "sync"),
     "cartpole-async": ("cartpole", "async"),
     "acrobot-port": ("acrobot", "native"),
@@ -48,8 +46,6 @@ ENVS = {
 
 def build(name: str, num_envs: int, max_steps: int) -> VecEnv:
     env, how = ENVS[name]
-    if how == "gymvec":
-        return NativeCartPoleVec(num_envs, max_episode_steps=max_steps)
     spec = get_spec(env)
     limit = {"max_cycles": max_steps} if spec.kind == "pettingzoo" else {"max_episode_steps": max_steps}
     vec = make_vec_env(spec, num_envs, limit, vectorization=how)
@@ -205,7 +201,6 @@ def test_same_seed_same_start_within_group(name: str) -> None:
 
 CASES = [
     ("CartPole-v1", "native"),
-    ("CartPole-v1", "gymvec"),
     ("CartPole-v1", "sync"),
     ("CartPole-v1", "async"),
     ("Acrobot-v1", "native"),
@@ -224,10 +219,7 @@ def test_trajectories_equal_single_gymnasium_envs(gym_id: str, vectorization: st
     observation, zero reward, ``env_done``) until it is reset, here one full step later."""
     max_steps = 12
     n = 3
-    if vectorization == "gymvec":
-        vec: VecEnv = NativeCartPoleVec(n, max_episode_steps=max_steps)
-    else:
-        vec = make_vec_env(get_spec(f"gym:{gym_id}"), n, {"max_episode_steps": max_steps}, vectorization=vectorization)
+    vec = make_vec_env(get_spec(f"gym:{gym_id}"), n, {"max_episode_steps": max_steps}, vectorization=vectorization)
     singles = [gym.make(gym_id, max_episode_steps=max_steps) for _ in range(n)]
     exact = vectorization in ("sync", "async")  # batched numpy may differ from math.sin/cos in the last bit
 
@@ -285,9 +277,7 @@ def _sample(space: gym.Space, rng: np.random.Generator) -> Any:
     return rng.uniform(space.low, space.high).astype(np.float32)
 
 
-@pytest.mark.parametrize(
-    "name", ["cartpole-native", "cartpole-gymvec", "pendulum-sync", "pendulum-port", "simple_spread-async"]
-)
+@pytest.mark.parametrize("name", ["cartpole-native", "pendulum-sync", "pendulum-port", "simple_spread-async"])
 def test_restore_revives_a_finished_env(name: str) -> None:
     """Restoring a mid-episode snapshot into a slot whose episode just ended makes it step again
     (continued, not reset), while the other finished slot stays frozen."""

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from grpo_marl.batch import Batch, minibatch_indices
 from grpo_marl.errors import ConfigError
+from grpo_marl.registry import Registry
 from grpo_marl.tasks.base import Task
 
 
@@ -82,22 +83,26 @@ class Algorithm:
         self.updates = int(state["updates"])
 
 
-ALGOS: dict[str, type[Algorithm]] = {}
+#: ``algo.name`` -> algorithm class (built-ins imported on first lookup, then ``grpo_marl.algos``
+#: entry points); which env families an algorithm trains is the families' (``EnvFamily.algos``).
+ALGOS: Registry[type[Algorithm]] = Registry(
+    "algorithm",
+    modules=("grpo_marl.algos.grpo", "grpo_marl.algos.ppo"),
+    entry_point_group="grpo_marl.algos",
+    error=ConfigError,
+)
 
 
 def register_algo(name: str) -> Callable[[type[Algorithm]], type[Algorithm]]:
     def decorator(cls: type[Algorithm]) -> type[Algorithm]:
-        ALGOS[name] = cls
+        ALGOS.register(name, cls)
         return cls
 
     return decorator
 
 
 def get_algo(name: str) -> type[Algorithm]:
-    _load_builtin_algos()
-    if name not in ALGOS:
-        raise ConfigError(f"algo={name!r} is unknown; choose one of {', '.join(sorted(ALGOS))}")
-    return ALGOS[name]
+    return ALGOS.get(name)
 
 
 def make_algo(name: str, *args: Any, **kwargs: Any) -> Algorithm:
@@ -105,5 +110,4 @@ def make_algo(name: str, *args: Any, **kwargs: Any) -> Algorithm:
 
 
 def _load_builtin_algos() -> None:
-    import grpo_marl.algos.grpo  # noqa: F401
-    import grpo_marl.algos.ppo  # noqa: F401
+    ALGOS.load_modules()

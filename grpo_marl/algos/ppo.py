@@ -35,6 +35,7 @@ from grpo_marl.advantages import gae
 from grpo_marl.algos import Algorithm, register_algo
 from grpo_marl.batch import Batch
 from grpo_marl.config import _choice, _positive, register_validator
+from grpo_marl.families import family_of
 from grpo_marl.losses import make_loss
 from grpo_marl.policies.mlp import Critic
 from grpo_marl.tasks.base import Task
@@ -264,10 +265,8 @@ def _validate_ppo(cfg: DictConfig) -> list[str]:
     if name not in ("ppo", "mappo", "ippo"):
         return []
     a = cfg.algo
-    kind = cfg.get("env_kind", "gymnasium")
-    if kind not in ("gymnasium", "pettingzoo"):
-        return [f"algo={name} trains control envs only (env {cfg.env!r} is of kind {kind}); use algo=grpo"]
-    if a.get("critic_state") and kind != "pettingzoo":
+    # Which families PPO trains is checked once, from the families (config._algo_kind_error).
+    if a.get("critic_state") and not family_of(cfg).multi_agent:
         return [
             f"algo={name} has a centralized critic (algo.critic_state=true) on a multi-agent env's global "
             f"state, and env {cfg.env!r} is single-agent; use algo=ppo"

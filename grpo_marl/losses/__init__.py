@@ -15,20 +15,19 @@ from typing import Any, TypeVar
 
 from torch import nn
 
+from grpo_marl.registry import Registry
+
 LossT = TypeVar("LossT", bound=type[nn.Module])
 
-#: name -> loss class (an ``nn.Module`` subclass).
-LOSSES: dict[str, type[nn.Module]] = {}
+#: name -> loss class (an ``nn.Module`` subclass); ``algo.loss`` accepts every GRPO-family name in it.
+LOSSES: Registry[type[nn.Module]] = Registry("loss", entry_point_group="grpo_marl.losses")
 
 
 def register_loss(name: str) -> Callable[[LossT], LossT]:
-    """Class decorator registering a loss module under ``name``."""
+    """Class decorator registering a loss module under ``name`` (from user code too)."""
 
     def decorator(cls: LossT) -> LossT:
-        existing = LOSSES.get(name)
-        if existing is not None and existing is not cls:
-            raise ValueError(f"loss {name!r} is already registered ({existing.__qualname__})")
-        LOSSES[name] = cls
+        LOSSES.register(name, cls)
         return cls
 
     return decorator
@@ -36,9 +35,7 @@ def register_loss(name: str) -> Callable[[LossT], LossT]:
 
 def make_loss(name: str, **kwargs: Any) -> nn.Module:
     """Instantiate the loss registered as ``name`` with ``kwargs``."""
-    if name not in LOSSES:
-        raise ValueError(f"unknown loss {name!r}; registered: {', '.join(sorted(LOSSES))}")
-    return LOSSES[name](**kwargs)
+    return LOSSES.get(name)(**kwargs)
 
 
 from grpo_marl.losses.aggregation import (  # noqa: E402  (registry must exist first)

@@ -24,23 +24,23 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from grpo_marl.registry import Registry
+
 __all__ = ["AggregationFn", "AGGREGATIONS", "register_aggregation", "token_weights"]
 
 #: ``fn(mask, max_len) -> weights``: ``mask`` is a float 0/1 ``[B, T]`` tensor, ``max_len`` the
 #: caller's value (may be None); returns ``[B, T]`` weights of the mask's dtype.
 AggregationFn = Callable[[Tensor, int | None], Tensor]
 
-AGGREGATIONS: dict[str, AggregationFn] = {}
+#: name -> aggregation; ``algo.aggregation`` accepts every name in it.
+AGGREGATIONS: Registry[AggregationFn] = Registry("aggregation", entry_point_group="grpo_marl.aggregations")
 
 
 def register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]:
     """Decorator registering an aggregation under ``name`` (usable from user code too)."""
 
     def decorator(fn: AggregationFn) -> AggregationFn:
-        existing = AGGREGATIONS.get(name)
-        if existing is not None and existing is not fn:
-            raise ValueError(f"aggregation {name!r} is already registered ({existing!r})")
-        AGGREGATIONS[name] = fn
+        AGGREGATIONS.register(name, fn)
         return fn
 
     return decorator
@@ -88,8 +88,7 @@ def token_weights(
     Returns:
         ``[B, T]`` float weights, 0 at invalid tokens. An all-invalid mask gives all zeros.
     """
-    if mode not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {mode!r}; registered: {', '.join(sorted(AGGREGATIONS))}")
+    aggregate = AGGREGATIONS.get(mode)
     if not isinstance(mask, Tensor):
         raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
     if mask.dim() != 2:
@@ -98,7 +97,7 @@ def token_weights(
     if not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating dtype, got {dtype}")
     m = (mask != 0).to(dtype)
-    weights = AGGREGATIONS[mode](m, max_len)
+    weights = aggregate(m, max_len)
     if weights.shape != m.shape:
         raise ValueError(f"aggregation {mode!r} returned shape {tuple(weights.shape)}, expected {tuple(m.shape)}")
     return weights

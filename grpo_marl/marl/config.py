@@ -10,13 +10,14 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from grpo_marl.config import register_validator
+from grpo_marl.families import family_of
 from grpo_marl.groups import GROUP_MODES
 
 
 @register_validator
 def validate_marl(cfg: DictConfig) -> list[str]:
     """Errors in ``marl.*`` and in multi-agent uses of ``algo.group_mode``."""
-    if cfg.get("env_kind") != "pettingzoo":
+    if not family_of(cfg).multi_agent:
         return []
     errors: list[str] = []
     m = cfg.get("marl") or {}

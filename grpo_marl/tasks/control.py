@@ -21,6 +21,7 @@ from grpo_marl.batch import Batch
 from grpo_marl.collectors import evaluate_policy, make_collector
 from grpo_marl.collectors.base import rollout_storage_bytes
 from grpo_marl.errors import UserInputError
+from grpo_marl.families import get_family
 from grpo_marl.groups import AgentGroups
 from grpo_marl.policies.cnn import resolve_encoder
 from grpo_marl.policies.mlp import ActorPolicy
@@ -55,11 +56,10 @@ def num_envs_of(cfg: DictConfig) -> int:
 
 
 def with_preprocessing(spec: EnvSpec, cfg: DictConfig) -> EnvSpec:
-    """PettingZoo envs of the butterfly/sisl families, or with ``env_preprocess`` set: the spec
+    """A PettingZoo env of the butterfly/sisl families, or with ``env_preprocess`` set: the spec
     whose factory applies SuperSuit preprocessing (:mod:`grpo_marl.marl.preprocess`). Other envs
-    (and the batched ports, which never call the factory) are returned unchanged."""
-    if spec.kind != "pettingzoo":
-        return spec
+    (and the batched ports, which never call the factory) are returned unchanged. The PettingZoo
+    family's :meth:`~grpo_marl.families.EnvFamily.prepare_spec`."""
     from grpo_marl.marl import preprocess
 
     section = cfg.get("env_preprocess") or {}
@@ -147,7 +147,7 @@ class ControlTask(Task):
         with_state: bool = False,
     ) -> None:
         self.cfg = cfg
-        self.spec = with_preprocessing(spec, cfg)
+        self.spec = get_family(spec.kind).prepare_spec(spec, cfg)
         self.device = device
         self.settings = marl_settings(cfg)
         self.env_kwargs = dict(cfg.env_kwargs or {})

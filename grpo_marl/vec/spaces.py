@@ -38,6 +38,13 @@ def flat_obs_dim(space: Any) -> int:
         return int(np.sum(space.nvec))
     if isinstance(space, spaces.Box | spaces.MultiBinary):
         return int(np.prod(space.shape))
+    if isinstance(space, spaces.Dict | spaces.Tuple):
+        # Dict(observation=..., action_mask=...) is read above; any other Dict/Tuple needs flattening.
+        raise UnsupportedSpaceError(
+            f"observation space {space} is a {type(space).__name__}, which the policy cannot read; wrap the env in "
+            "gymnasium.wrappers.FlattenObservation (one Box) in its factory (a Dict with 'observation' and "
+            "'action_mask' keys is read as an action-masked env)"
+        )
     raise UnsupportedSpaceError(
         f"observation space {space} is not supported; supported: Box, Discrete, MultiDiscrete, MultiBinary"
     )

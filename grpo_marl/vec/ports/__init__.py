@@ -17,6 +17,7 @@ from typing import Any
 
 PORTS: dict[str, str] = {
     "CartPole-v1": "grpo_marl.vec.ports.classic:CartPoleVec",
+    "CartPole-v0": "grpo_marl.vec.ports.classic:CartPoleV0Vec",
     "Acrobot-v1": "grpo_marl.vec.ports.classic:AcrobotVec",
     "Pendulum-v1": "grpo_marl.vec.ports.classic:PendulumVec",
     "MountainCar-v0": "grpo_marl.vec.ports.classic:MountainCarVec",

@@ -635,3 +635,10 @@ class CartPoleVec(_ClassicVec):
         else:
             reward = np.ones(len(x))
         return ns, ns.astype(np.float32), reward, terminated
+
+
+class CartPoleV0Vec(CartPoleVec):
+    """Gymnasium ``CartPole-v0``: ``CartPole-v1`` with Gymnasium's registered limit of 200 steps."""
+
+    name = "CartPole-v0"
+    _LIMIT = 200
