@@ -205,7 +205,27 @@ def resolve_config(cfg: DictConfig, overrides: list[str] | None = None) -> DictC
             derive_eval_interval(out)
     derive_sizes(out)
     validate(out)
+    late = unreachable_threshold(out)
+    if late and ("train.stop_on_threshold" in user_keys or "train" in user_keys):
+        raise ConfigError("invalid configuration:\n  - " + late)
     return out
+
+
+def unreachable_threshold(cfg: DictConfig) -> str | None:
+    """Why ``train.stop_on_threshold`` cannot stop this run, or None: its first periodic
+    evaluation would come after ``total_steps``, so the threshold is never checked. Asked for by
+    the user it is refused (:func:`resolve_config`); inherited from an env's tuned defaults under
+    a shorter budget (``env=arithmetic total_steps=64``) the trainer says so in one line."""
+    if cfg.train.stop_on_threshold is not True:
+        return None
+    every, total = _int_or_none(cfg.eval.every_steps), _int_or_none(cfg.get("total_steps"))
+    if not every or total is None or every <= total:
+        return None
+    return (
+        f"train.stop_on_threshold=true but eval.every_steps={every} is larger than total_steps={total}, "
+        "so no evaluation runs before the end; set eval.every_steps<=total_steps (e.g. "
+        f"{max(1, total // DERIVED_EVALUATIONS)}) or raise total_steps"
+    )
 
 
 #: Periodic evaluations a run gets when its env has a threshold and nobody chose an interval.

@@ -232,6 +232,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"error: {exc}{usage}", file=sys.stderr)
         sys.exit(2)
     episodes = int(args["episodes"] if args["episodes"] is not None else cfg.eval.episodes)
+    capacity = task.eval_capacity()
+    if capacity is not None and args["episodes"] is not None:
+        if episodes > capacity:
+            task.close()
+            print(
+                f"error: episodes={episodes} but {run_dir} evaluates on a held-out split of {capacity} "
+                f"prompts (one prompt is one episode); pass episodes<={capacity}, or omit episodes to "
+                "evaluate the run's own number (text.eval_prompts)",
+                file=sys.stderr,
+            )
+            sys.exit(2)
+        task.eval_limit = episodes
     seed_offset = int(args["seed_offset"])
     if args["deterministic"] is not None:
         cfg.eval.deterministic = bool(args["deterministic"])

@@ -27,6 +27,7 @@ from grpo_marl import stopping
 from grpo_marl.algos import get_algo
 from grpo_marl.batch import Batch
 from grpo_marl.checkpoint import atomic_save, checkpoint_path, load_checkpoint, rng_state, set_rng_state
+from grpo_marl.config import unreachable_threshold
 from grpo_marl.errors import NonFiniteError, RemoteRankError, TrainingStopped
 from grpo_marl.families import FAMILIES, family_of, get_family
 from grpo_marl.logging import RunLogger
@@ -204,6 +205,9 @@ class Trainer:
             note = budget_note(int(cfg.total_steps), self.task.update_steps(), self.ctx.world_size)
             if note:
                 print(note, file=sys.stderr, flush=True)
+            late = unreachable_threshold(cfg)  # only an env's default gets here: a user's is refused
+            if late:
+                print(f"note: {late.replace('but', 'is the env default, but', 1)}", file=sys.stderr, flush=True)
         if resume:
             # On the CPU: RNG states must stay CPU tensors; load_state_dict copies weights to the device.
             resume_step = self._restore(load_checkpoint(checkpoint_path(self.run_dir), "cpu"))

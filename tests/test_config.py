@@ -373,6 +373,11 @@ CROSS_KEY = [
     (["env=cartpole", "algo.rollout=stream", "vec.vectorization=async"], "use vec.vectorization=sync"),
     (["env=cartpole", "train.stop_on_threshold=true", "eval.every_steps=0"], "set eval.every_steps="),
     (["env=tests.custom_envs:bandit", "train.stop_on_threshold=true", "eval.every_steps=100"], "set train.threshold="),
+    (
+        ["env=cartpole", "train.stop_on_threshold=true", "total_steps=5000", "eval.every_steps=8000"],
+        "train.stop_on_threshold=true but eval.every_steps=8000 is larger than total_steps=5000, so no evaluation "
+        "runs before the end; set eval.every_steps<=total_steps (e.g. 500) or raise total_steps",
+    ),
     (["env=cartpole", "algo.grup_size=8"], "unknown key algo.grup_size (did you mean algo.group_size?)"),
     (["env=cartpole", "+algo.grup_size=8"], "unknown key algo.grup_size (did you mean algo.group_size?)"),
     (["env=cartpole", "env_kwargs.foo=1"], "add env_kwargs.foo with a +, e.g. +env_kwargs.foo=1"),

@@ -31,7 +31,7 @@ FAST = [
 
 @text_extra
 def test_cli_arithmetic_trains_saves_and_reloads(
-    run_cli: Callable[..., Any], train: Callable[..., dict], tmp_path: Path
+    run_cli: Callable[..., Any], train: Callable[..., dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir = tmp_path / "arith"
     proc = run_cli("env=arithmetic", "total_steps=64", "eval.every_steps=32", *FAST, run_dir=run_dir)
@@ -57,10 +57,26 @@ def test_cli_arithmetic_trains_saves_and_reloads(
     ):
         assert key in keys, key
     # The saved directory is an ordinary HF model: model.path= reloads it (same eval result).
+    capsys.readouterr()
     reloaded = train(
         tmp_path / "again", "env=arithmetic", f"model.path={model_dir}", "total_steps=16", "algo.lr=1e-12", *FAST
     )
+    # arithmetic's tuned defaults stop at its threshold, which 16 steps never evaluate: said, not refused
+    assert (
+        "note: train.stop_on_threshold=true is the env default, but eval.every_steps=20480 is larger than "
+        "total_steps=16, so no evaluation runs before the end"
+    ) in capsys.readouterr().err
     assert reloaded["eval/accuracy"] == summary["eval/accuracy"]
+    # evaluate: one held-out prompt is one episode; asking for more than the split holds is refused
+    proc = run_cli(f"run={run_dir}", "episodes=101", module="grpo_marl.evaluate", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        f"error: episodes=101 but {run_dir} evaluates on a held-out split of 100 prompts (one prompt is one "
+        "episode); pass episodes<=100, or omit episodes to evaluate the run's own number (text.eval_prompts)"
+    )
+    assert not (run_dir / "eval.json").exists()
+    run_cli(f"run={run_dir}", "episodes=7", module="grpo_marl.evaluate")
+    assert json.loads((run_dir / "eval.json").read_text())["eval/episodes"] == 7
 
 
 @text_extra

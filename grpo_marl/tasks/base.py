@@ -28,6 +28,8 @@ class Task:
     minibatch_by: ``"step"`` (valid steps are flattened and shuffled) or ``"sequence"`` (whole
     rollouts, e.g. token sequences of a completion).
     threshold_metric: the evaluation metric compared with ``train.threshold``.
+    eval_limit: evaluate only the first N episodes of a finite evaluation split (set by
+    ``python -m grpo_marl.evaluate episodes=N``; None = the run's own evaluation size).
     """
 
     policy: nn.Module
@@ -35,6 +37,7 @@ class Task:
     extra_keys: tuple[str, ...] = ()
     minibatch_by: str = "step"
     threshold_metric: str = "eval/return_mean"
+    eval_limit: int | None = None
 
     # -- counters ------------------------------------------------------------------------------
     @property
@@ -63,6 +66,12 @@ class Task:
         raise NotImplementedError
 
     # -- optional hooks ------------------------------------------------------------------------
+    def eval_capacity(self) -> int | None:
+        """How many distinct evaluation episodes exist: None when every episode is a fresh
+        reset (any number can be run); a text task's held-out prompts are a finite split, so
+        asking ``evaluate`` for more of them than it holds is refused rather than quietly cut."""
+        return None
+
     def update_steps(self) -> tuple[int, str, bool] | None:
         """Env steps (completions, for text) one update collects on this process, as ``(steps,
         how, exact)`` (``exact`` False: an upper bound); None when unknown. The trainer warns at

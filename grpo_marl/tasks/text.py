@@ -390,11 +390,15 @@ class TextTask(Task):
             self._cpu_times.append(time.process_time() - self._c_update)
             self._t_update = None
 
+    def eval_capacity(self) -> int:
+        """The held-out prompts: one prompt is one evaluation episode."""
+        return len(self.eval_set)
+
     @torch.no_grad()
     def evaluate(self, policy: LLMPolicy, episodes: int, seed_offset: int = 0) -> dict[str, float]:
         """Greedy completions for the eval split (``text.eval_prompts`` of them, 0 = all); one
         prompt is one episode. Returns accuracy, reward (as ``return``) and per-function means."""
-        n = int(self.cfg.text.eval_prompts) or len(self.eval_set)
+        n = self.eval_limit or int(self.cfg.text.eval_prompts) or len(self.eval_set)
         n = min(n, len(self.eval_set))
         chunk = max(1, int(self.cfg.text.eval_batch))
         totals, accs, lengths = [], [], []
