@@ -13,7 +13,7 @@ import functools
 import math
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -82,6 +82,7 @@ def reference_config(choices: dict[str, str]) -> DictConfig:
 @functools.lru_cache(maxsize=16)
 def _reference_config(choices: tuple[tuple[str, str], ...]) -> DictConfig:
     ref = OmegaConf.load(_CONF_DIR / "config.yaml")
+    assert isinstance(ref, DictConfig)
     for key in ("defaults", "hydra"):
         ref.pop(key, None)
     for group, option in choices:
@@ -97,7 +98,7 @@ def unknown_keys(cfg: DictConfig, ref: DictConfig, prefix: str = "") -> list[str
 
     problems = []
     for key in cfg:
-        full = f"{prefix}{key}"
+        full = prefix + str(key)
         if full in FREE_FORM or key == "env_kind":
             continue
         if key not in ref:
@@ -150,7 +151,7 @@ def check_command_line(args: list[str]) -> list[str]:
             if not ov.is_add() and not ov.is_force_add():
                 section = next(f for f in FREE_FORM if key.startswith(f + "."))
                 problems.append(
-                    f"{section} keys are free-form: add {key} with a +, e.g. +{key}={ov.input_line.split('=', 1)[1]}"
+                    f"{section} keys are free-form: add {key} with a +, e.g. +{key}={(ov.input_line or '=').split('=', 1)[1]}"
                 )
             continue
         if key in FREE_FORM:
@@ -187,7 +188,7 @@ def resolve_config(cfg: DictConfig, overrides: list[str] | None = None) -> DictC
     defaults = env_defaults(spec, str(cfg.algo.name))
     if defaults:
         try:
-            out = OmegaConf.merge(out, OmegaConf.create(defaults))
+            out = cast(DictConfig, OmegaConf.merge(out, OmegaConf.create(defaults)))
         except Exception as exc:  # struct-mode key errors from a bad defaults dict
             raise ConfigError(f"env {spec.name!r} has invalid tuned defaults: {exc}") from exc
     user_keys = user_override_keys(overrides or [])

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 USAGE = (
     "usage: python -m grpo_marl.evaluate run=DIR [episodes=20] [video=false] [video_episodes=1] "
@@ -41,6 +41,7 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Any, Any, Any]:
     if not cfg_path.exists():
         raise UserInputError(f"{cfg_path} not found: run=... must be a run directory written by grpo_marl.train")
     cfg = OmegaConf.load(cfg_path)
+    assert isinstance(cfg, DictConfig)  # a run's config.yaml is a mapping
     cfg.device = device
     dev = resolve_device(device)
     ckpt = load_checkpoint(run_dir, map_location=dev)
@@ -102,12 +103,12 @@ def _record_pettingzoo_gifs(cfg: Any, task: Any, out_dir: Path, episodes: int, s
 
     from PIL import Image
 
+    from grpo_marl.families import parallel_env
     from grpo_marl.vec.drivers import PettingZooDriver
-    from grpo_marl.vec.factory import _parallel_env
 
     out_dir.mkdir(parents=True, exist_ok=True)
     kwargs = {**dict(cfg.env_kwargs or {}), "render_mode": "rgb_array"}
-    env_fn = functools.partial(_parallel_env, functools.partial(task.spec.make, **kwargs))
+    env_fn = functools.partial(parallel_env, functools.partial(task.spec.make, **kwargs))
     driver = PettingZooDriver(env_fn, 1, name=str(cfg.env))
     env = driver.envs[0]
     fps = int((getattr(env, "metadata", None) or {}).get("render_fps", 30) or 30)
@@ -193,6 +194,7 @@ def check_run(args: dict[str, Any]) -> Any:
     if not cfg_path.exists():
         raise UserInputError(f"{cfg_path} not found: run=... must be a run directory written by grpo_marl.train")
     cfg = OmegaConf.load(cfg_path)
+    assert isinstance(cfg, DictConfig)  # a run's config.yaml is a mapping
     spec = get_spec(str(cfg.env))
     check_extras(cfg, spec)
     if args["video"]:

@@ -326,7 +326,7 @@ class PettingZooFamily(EnvFamily):
         )
         if port is not None:
             return port
-        env_fn = functools.partial(_parallel_env, functools.partial(spec.make, **env_kwargs))
+        env_fn = functools.partial(parallel_env, functools.partial(spec.make, **env_kwargs))
         auto = factory.resolve_workers(num_workers, num_envs) if vectorization == "auto" else 0
         return factory.driver_vec(
             PettingZooDriver,
@@ -340,7 +340,7 @@ class PettingZooFamily(EnvFamily):
         )
 
 
-def _parallel_env(env_fn: Any) -> Any:
+def parallel_env(env_fn: Any) -> Any:
     """Registered PettingZoo factories may return AEC envs; drivers need the Parallel API."""
     from pettingzoo import AECEnv
 

@@ -130,6 +130,7 @@ class AgentGroups:
                     f"with marl.groups (e.g. marl.groups={{{members[0]}: {g}_a}})"
                 )
             space = action_spaces[members[0]]
+            shape: tuple[int, ...]
             if isinstance(space, spaces.Discrete):
                 n_actions, shape, low, high = int(space.n), (), None, None
             elif isinstance(space, spaces.Box):

@@ -249,7 +249,7 @@ def _env_entry_point(name: str, obj: Any) -> None:
     if set(ENVS) == before:
         # Not a registration hook: treat the entry point as a factory.
         register_env(
-            name, obj, kind=getattr(result, "grpo_marl_kind", None) or getattr(obj, "grpo_marl_kind", "gymnasium")
+            name, obj, kind=str(getattr(result, "grpo_marl_kind", None) or getattr(obj, "grpo_marl_kind", "gymnasium"))
         )
 
 

@@ -253,3 +253,12 @@ def test_evaluation_at_start(train, tmp_path: Path) -> None:
     assert first["eval_seconds"] > 0
     done = train(tmp_path / "done", *args, "eval.at_start=true", "train.threshold=1", "train.stop_on_threshold=true")
     assert done["status"] == "threshold_reached" and done["steps_to_threshold"] == 0 and done["env_steps"] == 0
+
+
+def test_evaluate_records_a_pettingzoo_video(run_cli, tmp_path: Path) -> None:
+    """``video=true`` on a multi-agent run: the env's own rendering, through the training driver."""
+    run_dir = tmp_path / "spread"
+    run_cli("env=simple_spread", "total_steps=100", "algo.num_groups=1", "algo.group_size=2", run_dir=run_dir)
+    run_cli(f"run={run_dir}", "episodes=1", "video=true", module="grpo_marl.evaluate")
+    (gif,) = json.loads((run_dir / "eval.json").read_text())["videos"]
+    assert Path(gif).stat().st_size > 1000

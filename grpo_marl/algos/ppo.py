@@ -44,6 +44,10 @@ from grpo_marl.tasks.base import Task
 class ValueNorm(nn.Module):
     """Running mean/variance of the value targets (MAPPO's ValueNorm without debiasing)."""
 
+    mean: Tensor
+    mean_sq: Tensor
+    weight: Tensor
+
     def __init__(self, beta: float = 0.99999, eps: float = 1e-5) -> None:
         super().__init__()
         self.beta = beta

@@ -12,6 +12,7 @@ An algorithm names its collector (``Algorithm.collector``); :func:`make_collecto
 
 from __future__ import annotations
 
+import torch
 from omegaconf import DictConfig
 
 from grpo_marl.collectors.base import Collector, HostToDevice
@@ -26,12 +27,14 @@ from grpo_marl.vec.base import VecEnv
 COLLECTORS = ("episodes", "steps")
 
 
-def make_collector(name: str, vec: VecEnv, groups: AgentGroups, cfg: DictConfig, device: str | object) -> Collector:
+def make_collector(
+    name: str, vec: VecEnv, groups: AgentGroups, cfg: DictConfig, device: torch.device | str
+) -> Collector:
     """The collector ``name`` (``episodes`` or ``steps``) configured from the run config."""
     a = cfg.algo
-    common = {"device": device, "seed": int(cfg.seed), "env_name": str(cfg.env)}
+    dev, seed, env_name = device, int(cfg.seed), str(cfg.env)
     if name == "steps":
-        return StepCollector(vec, groups, n_steps=int(a.n_steps), **common)
+        return StepCollector(vec, groups, n_steps=int(a.n_steps), device=dev, seed=seed, env_name=env_name)
     if name != "episodes":
         raise UserInputError(f"unknown collector {name!r}; choose one of {', '.join(COLLECTORS)}")
     max_steps = cfg.vec.max_steps
@@ -41,7 +44,14 @@ def make_collector(name: str, vec: VecEnv, groups: AgentGroups, cfg: DictConfig,
                 f"algo.rollout=stream streams seed groups; algo.group_mode={a.group_mode} needs algo.rollout=batch"
             )
         return StreamingCollector(
-            vec, groups, num_groups=int(a.num_groups), group_size=int(a.group_size), max_steps=max_steps, **common
+            vec,
+            groups,
+            num_groups=int(a.num_groups),
+            group_size=int(a.group_size),
+            max_steps=max_steps,
+            device=dev,
+            seed=seed,
+            env_name=env_name,
         )
     return EpisodeCollector(
         vec,
@@ -52,7 +62,9 @@ def make_collector(name: str, vec: VecEnv, groups: AgentGroups, cfg: DictConfig,
         max_steps=max_steps,
         branch_horizon=int(a.get("branch_horizon", 0) or 0),
         state_reset_frac=float(a.get("state_reset_frac", 0.25)),
-        **common,
+        device=dev,
+        seed=seed,
+        env_name=env_name,
     )
 
 

@@ -134,7 +134,7 @@ class EpisodeCollector(Collector):
                 idx.extend(members.tolist())
                 snaps.extend([item.snap] * g)
                 for e in members:
-                    step.put([e], item.step)
+                    step.put([int(e)], item.step)
                 t0[members] = item.t
                 prefix = getattr(item, "ret", None)
                 if prefix is None:
@@ -180,7 +180,7 @@ class EpisodeCollector(Collector):
                     for e, snap in zip(due, self.vec.snapshot(due.tolist()), strict=True):
                         # the episode's return so far: before this branch + this branch's first t steps
                         ret = ret0[e] + (st.rewards[:t, e] * st.alive[:t, e]).sum(0) if known[e] else None
-                        new_archive.append(Archived(snap, int(t0[e] + t), step.rows([e]), ret))
+                        new_archive.append(Archived(snap, int(t0[e] + t), step.rows([int(e)]), ret))
             if t == st.capacity:
                 st.grow()
             if host is not None:  # CPU storage: write through numpy views of its tensors

@@ -68,6 +68,8 @@ def with_preprocessing(spec: EnvSpec, cfg: DictConfig) -> EnvSpec:
     settings = preprocess.settings_of(section)  # type: ignore[arg-type]
     if not preprocess.is_active(settings) and preprocess.family_of(spec.name) not in preprocess.FAMILY_MODULES:
         return spec
+    if spec.factory is None:  # a vector factory only: no per-env factory to wrap
+        return spec
     return dataclasses.replace(spec, factory=preprocess.wrap_factory(spec.factory, settings, spec.name))
 
 

@@ -273,7 +273,7 @@ class _ClassicVec(VecEnv):
                 done=bool(self._done[i]),
                 fresh=bool(self._fresh[i]),
                 seed=self._seeds[i],
-                rng_state=copy.deepcopy(self._rngs[i].bit_generator.state),
+                rng_state=copy.deepcopy(dict(self._rngs[i].bit_generator.state)),
                 obs=self._obs[i].copy(),
             )
             for i in np.asarray(indices, np.int64).reshape(-1).tolist()
