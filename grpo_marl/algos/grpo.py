@@ -37,8 +37,10 @@ class GRPO(Algorithm):
             beta=float(cfg.beta),
             entropy_coef=float(cfg.entropy_coef),
         )
-        # Sequence losses (GSPO) need the [B, T] layout; step-level minibatching flattens it.
-        self.layout = "sequence" if (cfg.loss == "gspo" or task.minibatch_by == "sequence") else "step"
+        # A loss that needs whole sequences (GSPO) says so in its ``layout``; step-level
+        # minibatching flattens the [B, T] rows otherwise.
+        needs_sequences = getattr(self.loss_fn, "layout", "step") == "sequence"
+        self.layout = "sequence" if (needs_sequences or task.minibatch_by == "sequence") else "step"
         self.ref_policy: nn.Module | None = task.reference_policy() if float(cfg.beta) > 0 else None
 
     def reference(self) -> nn.Module | None:

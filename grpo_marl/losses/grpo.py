@@ -3,7 +3,10 @@
 The loss is a module that returns *named* terms (``loss_policy``, ``loss_kl``, ``loss_entropy``
 and their sum ``loss``) plus detached diagnostics, in the TorchRL style: the trainer logs
 everything it gets back and never needs to know which variant it runs. Variants are subclasses
-that override one method (:meth:`GRPOLoss.log_ratio`), not ``if loss_type == ...`` branches.
+that override small hooks, not ``if loss_type == ...`` branches: :attr:`GRPOLoss.layout` (the
+minibatch layout the variant needs), :meth:`GRPOLoss.log_ratio` (the importance ratio, GSPO) and
+:meth:`GRPOLoss.policy_objective` (the per-token surrogate, e.g. a user's CISPO); ``forward``
+(shape checks, KL, entropy, diagnostics) is shared.
 
 Aggregation over tokens/steps is not done here: the caller passes ``weights`` from
 :func:`grpo_marl.losses.aggregation.token_weights` (or a minibatch slice of them), and every term
@@ -45,6 +48,11 @@ class GRPOLoss(nn.Module):
         entropy_coef: entropy-bonus coefficient (the loss subtracts ``coef * entropy``).
     """
 
+    #: The minibatch layout the loss needs: ``"step"`` (rows may be flattened to single steps) or
+    #: ``"sequence"`` (``[B, T]`` rows with a mask, e.g. a per-sequence ratio). The algorithm reads
+    #: it; a variant that needs whole sequences sets it instead of being named in the algorithm.
+    layout: str = "step"
+
     def __init__(
         self,
         clip_eps_low: float = 0.2,
@@ -81,6 +89,17 @@ class GRPOLoss(nn.Module):
         if mask is not None:
             lr = torch.where(mask, lr, torch.zeros_like(lr))
         return lr
+
+    def policy_objective(self, logp: Tensor, log_ratio: Tensor, advantages: Tensor) -> Tensor:
+        """Per-token surrogate to maximise (the policy loss is ``-(w * objective).sum()``).
+
+        The clipped PPO/GRPO surrogate ``min(r * A, clamp(r, 1 - eps_low, 1 + eps_high) * A)``
+        with ``r = exp(log_ratio)``; ``advantages`` are detached. Variants override this hook
+        (``logp`` carries the gradient for objectives such as a clipped-IS-weight REINFORCE).
+        """
+        ratio = torch.exp(log_ratio)
+        clipped = torch.clamp(ratio, 1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high)
+        return torch.minimum(ratio * advantages, clipped * advantages)
 
     def forward(
         self,
@@ -126,9 +145,7 @@ class GRPOLoss(nn.Module):
 
         log_ratio = self.log_ratio(logp, old_logp, mask)
         ratio = torch.exp(log_ratio)
-        clipped = torch.clamp(ratio, 1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high)
-        surr = torch.minimum(ratio * advantages, clipped * advantages)
-        loss_policy = -(weights * surr).sum()
+        loss_policy = -(weights * self.policy_objective(logp, log_ratio, advantages)).sum()
 
         zero = logp.new_zeros(())
         kl_tok: Tensor | None = None
@@ -198,6 +215,8 @@ class GSPOLoss(GRPOLoss):
     GSPO needs much smaller clip ranges than GRPO (the paper uses ~3e-4 / 4e-4).
     Inputs must be ``[B, T]`` with a mask.
     """
+
+    layout = "sequence"
 
     def log_ratio(self, logp: Tensor, old_logp: Tensor, mask: Tensor | None) -> Tensor:
         if mask is None:
