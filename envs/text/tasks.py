@@ -74,10 +74,17 @@ class PromptSet:
 
     prompts: tuple[Prompt, ...]
     answers: tuple[str, ...]
+    #: where each prompt came from (``file:line`` of a JSONL row), for errors that name the row;
+    #: empty for generated tasks
+    sources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.prompts) != len(self.answers):
             raise ValueError(f"{len(self.prompts)} prompts but {len(self.answers)} answers")
+
+    def source(self, i: int) -> str:
+        """Where prompt ``i`` came from: ``file:line``, or ``prompt #i`` of a generated task."""
+        return self.sources[i] if self.sources else f"prompt #{i}"
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -182,21 +189,25 @@ def _first_failing(
     return None
 
 
-def _split(prompts: list[str], answers: list[str], eval_frac: float, seed: int) -> tuple[PromptSet, PromptSet]:
+def _split(
+    prompts: Sequence[Prompt], answers: list[str], eval_frac: float, seed: int, sources: Sequence[str] = ()
+) -> tuple[PromptSet, PromptSet]:
     """Shuffle deterministically and hold out ``eval_frac``; ``eval_frac=0`` evaluates on all."""
     if not 0.0 <= eval_frac < 1.0:
         raise ValueError(f"eval_frac must be in [0, 1), got {eval_frac}")
     idx = list(range(len(prompts)))
     if eval_frac == 0.0:
-        full = PromptSet(tuple(prompts), tuple(answers))
+        full = PromptSet(tuple(prompts), tuple(answers), tuple(sources))
         return full, full
     random.Random(seed).shuffle(idx)
     n_eval = max(1, round(eval_frac * len(idx)))
     ev, tr = idx[:n_eval], idx[n_eval:]
-    return (
-        PromptSet(tuple(prompts[i] for i in tr), tuple(answers[i] for i in tr)),
-        PromptSet(tuple(prompts[i] for i in ev), tuple(answers[i] for i in ev)),
-    )
+
+    def pick(rows: list[int]) -> PromptSet:
+        where = tuple(sources[i] for i in rows) if sources else ()
+        return PromptSet(tuple(prompts[i] for i in rows), tuple(answers[i] for i in rows), where)
+
+    return pick(tr), pick(ev)
 
 
 def arithmetic_task(
@@ -398,12 +409,14 @@ def quadratic_chat_task(
     )
 
 
-def _read_jsonl(path: Path, prompt_key: str, answer_key: str) -> tuple[list[Prompt], list[str]]:
-    """Rows of a JSONL file; a bad line is reported as ``file:line`` with what is wrong."""
+def _read_jsonl(path: Path, prompt_key: str, answer_key: str) -> tuple[list[Prompt], list[str], list[str]]:
+    """Rows of a JSONL file and each row's ``file:line``; a bad line is reported as
+    ``file:line`` with what is wrong."""
     if not path.is_file():
         raise DatasetError(f"{path}: no such file (env_kwargs.path / env_kwargs.eval_path)")
     prompts: list[Prompt] = []
     answers: list[str] = []
+    where: list[str] = []
     try:
         f = path.open(encoding="utf-8")
     except OSError as exc:
@@ -442,9 +455,10 @@ def _read_jsonl(path: Path, prompt_key: str, answer_key: str) -> tuple[list[Prom
             raise DatasetError(f"{path}:{lineno}: {prompt_key!r} must be a string or a list of chat messages")
         prompts.append(prompt)
         answers.append(str(row[answer_key]))
+        where.append(f"{path}:{lineno}")
     if not prompts:
         raise DatasetError(f"{path}: no rows")
-    return prompts, answers
+    return prompts, answers, where
 
 
 def jsonl_task(
@@ -472,13 +486,13 @@ def jsonl_task(
             'with "prompt" and "answer")'
         )
     p = Path(path).expanduser()
-    prompts, answers = _read_jsonl(p, prompt_key, answer_key)
+    prompts, answers, where = _read_jsonl(p, prompt_key, answer_key)
     if eval_path:
-        train = PromptSet(tuple(prompts), tuple(answers))
-        ep, ea = _read_jsonl(Path(eval_path).expanduser(), prompt_key, answer_key)
-        ev = PromptSet(tuple(ep), tuple(ea))
+        train = PromptSet(tuple(prompts), tuple(answers), tuple(where))
+        ep, ea, ew = _read_jsonl(Path(eval_path).expanduser(), prompt_key, answer_key)
+        ev = PromptSet(tuple(ep), tuple(ea), tuple(ew))
     else:
-        train, ev = _split(prompts, answers, eval_frac, split_seed)
+        train, ev = _split(prompts, answers, eval_frac, split_seed, where)
     if alphabet is None:
         texts = [prompt_text(x) for x in prompts + list(ev.prompts)]
         chars = sorted(set("".join(texts + answers + list(ev.answers))))

@@ -33,11 +33,13 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from grpo_marl.batch import Batch
+from grpo_marl.errors import UserInputError
 from grpo_marl.logging import RunLogger
 from grpo_marl.policies.llm import LLMPolicy, LoraSpec, resolve_dtype
 from grpo_marl.registry import EnvSpec
 from grpo_marl.tasks.base import Task
 from grpo_marl.text.chat import render_prompts
+from grpo_marl.text.loading import quiet_third_party
 from grpo_marl.text.warm_start import sft_warm_start, trim_left
 
 
@@ -156,10 +158,12 @@ class TextTask(Task):
         self.eval_text, _ = render_prompts(tok, list(self.eval_set.prompts), mode, system)
         self.chat_template = templated
         special = not templated  # a rendered template already holds its special tokens
-        self._train_ids, self._train_mask = self.policy.encode_prompts(self.train_text, add_special_tokens=special)
-        self._eval_ids, self._eval_mask = self.policy.encode_prompts(self.eval_text, add_special_tokens=special)
+        with quiet_third_party():  # a too long prompt is ours to report (_check_prompt_lengths)
+            self._train_ids, self._train_mask = self.policy.encode_prompts(self.train_text, add_special_tokens=special)
+            self._eval_ids, self._eval_mask = self.policy.encode_prompts(self.eval_text, add_special_tokens=special)
         self.prompt_width = int(self._train_ids.shape[1])
         self.max_new_tokens = int(t.max_new_tokens or self._default_budget(bool(cfg.model.path)))
+        self._check_prompt_lengths()
         self.sft_stats: dict[str, float] = {}
         # On resume the checkpoint's weights replace the policy's, so the warm start is skipped.
         if int(t.get("sft_steps", 0) or 0) > 0 and not cfg.get("resume"):
@@ -196,13 +200,49 @@ class TextTask(Task):
         self._timed_completions = 0
         self._timed_tokens = 0.0
 
+    def _context(self) -> int | None:
+        """The model's context length in tokens (None when its config does not say)."""
+        cfg = self.policy.causal_lm.config
+        context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+        return int(context) if context else None
+
+    def _check_prompt_lengths(self) -> None:
+        """Refuse a prompt that leaves no room for its completion, naming its row.
+
+        Why here: the prompts are tokenized once, just above, under the run's own tokenizer and
+        chat template, so the lengths are the ones generation will see. Without the check a too
+        long prompt reaches the position embedding and fails as ``IndexError: index out of range
+        in self`` at the first update, naming nothing."""
+        context = self._context()
+        if context is None:
+            return
+        limit = context - self.max_new_tokens
+        for split, mask, prompts in (
+            ("train", self._train_mask, self.train_set),
+            ("held-out", self._eval_mask, self.eval_set),
+        ):
+            lengths = mask.sum(1)
+            worst = int(lengths.argmax())
+            if int(lengths[worst]) > limit:
+                over = int((lengths > limit).sum())
+                more = f" ({over} {split} prompts are too long)" if over > 1 else ""
+                fix = (
+                    "a shorter prompt, a model with a longer context"
+                    if self.cfg.model.path
+                    else "a shorter prompt, a larger model.max_positions"
+                )
+                raise UserInputError(
+                    f"{prompts.source(worst)}: the {split} prompt is {int(lengths[worst])} tokens, but the model's "
+                    f"context of {context} tokens minus text.max_new_tokens={self.max_new_tokens} leaves "
+                    f"{limit}{more}; use {fix}, or a smaller text.max_new_tokens"
+                )
+
     def _default_budget(self, pretrained: bool) -> int:
         """The task's completion budget for this tokenizer (``text.max_new_tokens=null``), within
         the model's context after the longest prompt (:meth:`envs.text.tasks.TextTask.completion_budget`)."""
-        cfg = self.policy.causal_lm.config
-        context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+        context = self._context()
         longest_prompt = max(self.prompt_width, int(self._eval_ids.shape[1]))
-        room = int(context) - longest_prompt if context else None
+        room = context - longest_prompt if context else None
         return self.text_task.completion_budget(self.policy.tokenizer, pretrained=pretrained, room=room)
 
     # -- trainer hooks -----------------------------------------------------------------------
