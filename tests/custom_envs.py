@@ -118,3 +118,22 @@ class MatrixAction(Bandit):
 
 def matrix_action() -> gym.Env:
     return MatrixAction()
+
+
+class FloatImage(gym.Env):
+    """Declares a uint8 image space but returns float images in [0, 1] (a common slip): the
+    vector env would cast them to 0s and 1s, so the first reset refuses them."""
+
+    observation_space = spaces.Box(0, 255, (36, 36, 3), np.uint8)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # type: ignore[override]
+        super().reset(seed=seed)
+        return self.np_random.random((36, 36, 3)).astype(np.float32), {}
+
+    def step(self, action: Any):  # type: ignore[override]
+        return self.np_random.random((36, 36, 3)).astype(np.float32), float(action), True, False, {}
+
+
+def float_image() -> gym.Env:
+    return FloatImage()

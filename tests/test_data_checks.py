@@ -1,7 +1,9 @@
 """Data checked where it enters (issue 27): a text prompt that leaves no room for its completion
 is refused when the prompts are tokenized, naming its JSONL row, its length and the keys to
 change, before anything is written (it used to fail at the first update as ``IndexError: index
-out of range in self``)."""
+out of range in self``); an observation whose dtype does not fit its space (float images for a
+uint8 space, which the vector env would cast to 0s and 1s) stops the run at the first reset with
+the conversion to apply."""
 
 from __future__ import annotations
 
@@ -10,7 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from gymnasium import spaces
+
 from envs.text.tasks import jsonl_task
+from grpo_marl.vec.spaces import obs_dtype_problem
 from tests.conftest import needs
 
 text_extra = needs("transformers", "tokenizers", extra="text")
@@ -54,3 +60,36 @@ def test_too_long_prompt_is_refused_naming_its_row(run_cli: Callable[..., Any], 
         "text.eval_prompts=2", "log.tensorboard=false", "model.save=false", run_dir=run_dir,
     )  # fmt: skip
     assert ok.returncode == 0
+
+
+def test_obs_dtype_problem_hand_cases() -> None:
+    image = spaces.Box(0, 255, (2, 2, 3), np.uint8)
+    unit = np.full((2, 2, 3), 0.5, np.float32)
+    message = obs_dtype_problem(unit, image)
+    assert message is not None and "(obs * 255).astype(np.uint8)" in message
+    assert "Box(0.0, 1.0, (2, 2, 3), np.float32)" in message
+    assert obs_dtype_problem((unit * 255).astype(np.uint8), image) is None
+    assert obs_dtype_problem(np.full((2, 2, 3), 200.0, np.float32), image) is None  # integral floats cast exactly
+    assert "truncated" in (obs_dtype_problem(np.full((2, 2, 3), 2.5), image) or "")
+    assert obs_dtype_problem(unit, spaces.Box(0.0, 1.0, (2, 2, 3), np.float32)) is None
+    assert obs_dtype_problem({"observation": unit, "action_mask": np.ones(2)}, spaces.Dict(
+        {"observation": image, "action_mask": spaces.Box(0, 1, (2,), np.int8)}
+    )) is not None  # fmt: skip
+
+
+def test_float_images_for_a_uint8_space_stop_at_the_first_reset(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = run_cli(
+        "env=tests.custom_envs:float_image", "total_steps=16", "algo.num_groups=2", "algo.group_size=2",
+        "vec.max_steps=4", run_dir=run_dir, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["env_steps"] == 0
+    expected = (
+        "the observation is float32 in [0, 1] but the observation space is Box(0, 255, (36, 36, 3), uint8), so "
+        "it would be cast to 0s and 1s; return (obs * 255).astype(np.uint8) from the env, or declare "
+        "Box(0.0, 1.0, (36, 36, 3), np.float32)"
+    )
+    assert summary["error"].startswith("env 'tests.custom_envs:float_image' failed during reset")
+    assert summary["error"].endswith(expected) and expected in proc.stderr

@@ -19,7 +19,7 @@ import numpy as np
 from grpo_marl.errors import EnvError
 from grpo_marl.vec.base import Layout, Step, layout_of
 from grpo_marl.vec.snapshot import restore_env, snapshot_env
-from grpo_marl.vec.spaces import action_mask_of, obs_writer
+from grpo_marl.vec.spaces import action_mask_of, obs_dtype_problem, obs_writer
 
 
 def time_limit_of(env: Any) -> int | None:
@@ -50,6 +50,7 @@ class Driver:
         self.n = n
         self.with_state = with_state
         self.envs = [env_fn() for _ in range(n)]
+        self._check_dtypes = True  # the first reset's observations are checked against the spaces
         self.done = np.ones(n, dtype=bool)
         self.seeds = np.full(n, -1, dtype=np.int64)
         self._init_layout()
@@ -82,6 +83,7 @@ class Driver:
             except Exception as exc:
                 raise self._error(int(i), "reset", f"{type(exc).__name__}: {exc}") from exc
             self.done[i] = bool(out.env_done[k])
+        self._check_dtypes = False
         self.out.put(rows, out)
         return out
 
@@ -102,6 +104,11 @@ class Driver:
         return out.copy()
 
     def _write(self, i: int, rec: Step, k: int, writer: Callable[[Any, np.ndarray], None], obs: Any, j: int) -> None:
+        if self._check_dtypes:
+            problem = obs_dtype_problem(obs, self.layout.observation_spaces[j])
+            if problem:
+                who = f"agent {self.layout.agents[j]!r}: " if len(self.layout.agents) > 1 else ""
+                raise self._error(i, "reset", who + problem)
         try:
             writer(obs, rec.obs[k, j])
         except (ValueError, TypeError) as exc:

@@ -25,6 +25,37 @@ def is_image_space(space: Any) -> bool:
     return isinstance(space, spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8
 
 
+def obs_dtype_problem(obs: Any, space: Any) -> str | None:
+    """Why ``obs`` does not fit its Box ``space``'s dtype, or None.
+
+    Checked on an env's first reset only (a per-step check would cost every step): an integer
+    space (a uint8 image) given float values is cast by the vector env, so floats in [0, 1]
+    become 0 and 1 and the policy trains on a blank image without a word; other non-integral
+    floats would be truncated."""
+    from gymnasium import spaces
+
+    space = obs_part(space)
+    if isinstance(obs, Mapping) and "observation" in obs:
+        obs = obs["observation"]
+    if not isinstance(space, spaces.Box) or not np.issubdtype(space.dtype, np.integer):
+        return None
+    arr = np.asarray(obs)
+    if not np.issubdtype(arr.dtype, np.floating) or arr.size == 0:
+        return None
+    if float(np.max(space.high)) > 1 and float(arr.min()) >= 0.0 and float(arr.max()) <= 1.0 and arr.max() > 0:
+        return (
+            f"the observation is {arr.dtype} in [0, 1] but the observation space is {space}, so it would be "
+            f"cast to 0s and 1s; return (obs * 255).astype(np.{space.dtype}) from the env, or declare "
+            f"Box(0.0, 1.0, {tuple(space.shape)}, np.float32)"
+        )
+    if not np.array_equal(arr, np.round(arr)):
+        return (
+            f"the observation is {arr.dtype} with fractional values but the observation space is {space}, "
+            f"so they would be truncated; return obs.astype(np.{space.dtype}) from the env, or declare a float Box"
+        )
+    return None
+
+
 def flat_obs_dim(space: Any) -> int:
     """Length of the float vector :func:`flatten_obs` produces for ``space``."""
     from gymnasium import spaces
