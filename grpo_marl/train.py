@@ -31,6 +31,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from grpo_marl.errors import (
     CheckpointError,
     ConfigError,
     FilesystemError,
+    RemoteRankError,
     TrainingStopped,
     UserInputError,
     filesystem_message,
@@ -382,18 +384,68 @@ def _checkpoint_note(run_dir: Path) -> tuple[str | None, str]:
     return None, "No checkpoint yet: the run failed before its first checkpoint."
 
 
+def error_log_path(run_dir: Path) -> Path:
+    """Where this process writes its traceback: ``error.log``, or under torchrun every rank its
+    own ``error.rank<N>.log`` (a rank's traceback is the one that explains its failure; rank 0's
+    alone is usually only the collective's reaction to it)."""
+    if dist.env_world_size() > 1:
+        return run_dir / f"error.rank{dist.env_rank()}.log"
+    return run_dir / ERROR_LOG
+
+
+def _is_reaction(exc: BaseException) -> bool:
+    """Whether a torchrun rank's error is its reaction to another rank's failure (that rank's
+    message relayed, or the process group breaking because a peer exited) rather than its own."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        text = f"{type(cur).__name__}: {cur}"
+        if isinstance(cur, RemoteRankError) or any(s in text for s in _PEER_GONE):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+#: how gloo/NCCL/c10d report a peer that exited or closed its connection
+_PEER_GONE = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "DistBackendError",
+    "DistNetworkError",
+)
+
+
 def _record_failure(run_dir: Path, cfg: DictConfig, exc: BaseException, status: str) -> dict[str, Any]:
-    """Write ``error.log`` (full traceback) and ``summary.json`` (``status``, message, checkpoint)."""
+    """Write the traceback (:func:`error_log_path`) and ``summary.json`` (``status``, message,
+    checkpoint). Under torchrun the summary names the rank that failed first (``failed_rank``):
+    a failing rank records its own error before it exits, and a rank whose error is only the
+    reaction to it keeps that record instead of replacing it."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    log = run_dir / ERROR_LOG
+    log = error_log_path(run_dir)
     with open(log, "a") as f:
         f.write("".join(traceback.format_exception(exc)))
+    world, rank = dist.env_world_size(), dist.env_rank()
+    if world > 1 and rank != 0 and _is_reaction(exc):
+        return {}  # summary.json is the failing rank's and rank 0's to write; this rank's log is kept
     previous = _read_summary(run_dir)
+    if world > 1 and _is_reaction(exc):
+        # the failing rank writes its record before it exits; give it a moment to land
+        deadline = time.monotonic() + 5.0
+        while "failed_rank" not in previous and time.monotonic() < deadline:
+            time.sleep(0.05)
+            previous = _read_summary(run_dir)
     if previous.get("status") not in (None, "failed", status):
         previous = {}  # a previous run's summary (resume): this one replaces it
     ckpt, _ = _checkpoint_note(run_dir)
     summary = _merge_summary(cfg, previous)
-    summary.update(status=status, error=previous.get("error") or _one_line(exc), checkpoint=ckpt, error_log=str(log))
+    error = previous.get("error") or _one_line(exc)
+    fields: dict[str, Any] = {"error_log": previous.get("error_log") or str(log)}
+    if world > 1 and "failed_rank" not in previous:
+        error = f"rank {rank}: {_one_line(exc)}"
+        fields = {"failed_rank": rank, "error_log": str(log)}
+    summary.update(status=status, error=error, checkpoint=ckpt, **fields)
     _write_summary(run_dir, summary)
     return summary
 
@@ -449,15 +501,27 @@ def _run_cli(cfg: DictConfig, overrides: list[str], run_dir: Path) -> None:
         _fail(f"aborted by {signum.name} in the middle of an update. {note}", EXIT_SIGNAL[signum])
     except Exception as exc:  # noqa: BLE001  (every failure ends per the contract)
         fs_message = filesystem_message(exc, actual_dir)  # a full disk, a read-only or unwritable dir
+        log = error_log_path(actual_dir)
+        traceback_note = f"Full traceback: {log} (or rerun with HYDRA_FULL_ERROR=1)"
+        recorded: bool | None = None
+        if dist.env_world_size() > 1 and not _is_reaction(exc):
+            # the rank that failed first records it before anything else (torchrun may stop the
+            # other ranks as soon as this one exits, and their own errors are only reactions)
+            recorded = _record_failure_safely(actual_dir, cfg, exc, "failed")
         if isinstance(exc, STOP_ERRORS + (TrainingStopped,)):
             dist.barrier_on_failure(dist.init())
             message = str(exc)
         else:
             message = fs_message or f"unexpected {_one_line(exc)}"
-        traceback_note = f"Full traceback: {actual_dir / ERROR_LOG} (or rerun with HYDRA_FULL_ERROR=1)"
-        if dist.env_rank() == 0:
-            if not _record_failure_safely(actual_dir, cfg, exc, "failed"):
-                traceback_note = f"{ERROR_LOG} and summary.json could not be written; rerun with HYDRA_FULL_ERROR=1"
+        if recorded is None and (dist.env_rank() == 0 or dist.env_world_size() > 1):
+            recorded = _record_failure_safely(actual_dir, cfg, exc, "failed")
+        if recorded is False:
+            traceback_note = f"{log.name} and summary.json could not be written; rerun with HYDRA_FULL_ERROR=1"
+        origin = _read_summary(actual_dir) if dist.env_world_size() > 1 and _is_reaction(exc) else {}
+        if origin.get("failed_rank") not in (None, dist.env_rank()):
+            # name the rank that failed, not this one's view of the broken process group
+            error = str(origin.get("error", "")).split(": ", 1)[-1]
+            message = f"stopped because rank {origin['failed_rank']} failed: {error} (see {origin.get('error_log')})"
         if _debug():
             traceback.print_exc()
         _, note = _checkpoint_note(actual_dir)

@@ -134,3 +134,15 @@ def two_walkers(max_cycles: int = 10) -> TwoWalkers:
 crash_marl.grpo_marl_kind = "pettingzoo"  # type: ignore[attr-defined]
 two_walkers.grpo_marl_kind = "pettingzoo"  # type: ignore[attr-defined]
 nan_marl.grpo_marl_kind = "pettingzoo"  # type: ignore[attr-defined]
+
+
+class SetupFailure(RuntimeError):
+    """What :func:`fails_to_build` raises: an env constructor failing on one rank."""
+
+
+def fails_to_build(rank: int = 1) -> gym.Env:
+    """CartPole everywhere except in torchrun rank ``rank``, whose constructor raises (a missing
+    asset, a licence server down): one rank failing in setup must stop them all, named."""
+    if int(os.environ.get("RANK", "0")) == int(rank):
+        raise SetupFailure(f"simulator assets not found on rank {rank}")
+    return gym.make("CartPole-v1")
