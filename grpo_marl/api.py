@@ -12,6 +12,7 @@ defaults + your overrides), validates it the same way and writes the same run di
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,31 +36,83 @@ class FitResult:
         return load(self.run_dir, device=device)
 
 
-def _override_list(env: str, overrides: Mapping[str, Any]) -> list[str]:
-    """``{"algo": "ppo", "algo.lr": 1e-3, "vec": {"num_envs": 8}}`` -> Hydra's ``key=value`` list."""
+_HYDRA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+
+
+def hydra_value(value: Any) -> str:
+    """``value`` written in Hydra's override grammar so that Hydra reads back the same value and type.
+
+    Strings are quoted whenever Hydra would read them differently (``"true"``, ``"3"``, a path with
+    a comma, a ``module:function``); lists and dicts are written element by element. A dict whose
+    keys Hydra's grammar cannot hold (``{"mypkg.rewards:f": 1.0}``) raises :class:`_NotExpressible`.
+    """
+    from grpo_marl.rundir import hydra_quote
+
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        return "nan" if f != f else ("inf" if f == float("inf") else "-inf" if f == -float("inf") else repr(f))
+    if isinstance(value, Path):
+        value = str(value)
+    if isinstance(value, str):
+        return hydra_quote(value)
+    if isinstance(value, Mapping):
+        if not all(isinstance(k, str) and _HYDRA_KEY.fullmatch(k) for k in value):
+            raise _NotExpressible
+        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    raise UserInputError(
+        f"cannot pass {type(value).__name__} {value!r} as a config value: use str, int, float, bool, None, "
+        "or lists/dicts of them"
+    )
+
+
+class _NotExpressible(Exception):
+    """A value Hydra's override grammar cannot write (set on the composed config instead)."""
+
+
+def _override_list(env: str, overrides: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """``fit``'s keyword arguments as Hydra overrides, and the values to set after composing.
+
+    ``{"algo": "ppo", "algo.lr": 1e-3, "vec": {"num_envs": 8}, "env_kwargs": {"size": 3}}`` ->
+    ``["env=<env>", "algo=ppo", "algo.lr=0.001", "vec.num_envs=8", "+env_kwargs.size=3"]``: dicts are
+    walked down to their leaves, as a user writes dotted keys on the command line, so they merge
+    into a section instead of replacing it. Keys of a free-form section (``env_kwargs``,
+    ``marl.groups``) get Hydra's ``++`` (add or override). A leaf dict whose keys Hydra cannot write
+    (``{"mypkg.rewards:f": 1.0}``) is returned in the second value, to set on the composed config;
+    its key is still named in the list (``++key={}``) so it counts as set by the user and wins over
+    the env's tuned defaults exactly like a command-line key.
+    """
+    from grpo_marl.config import FREE_FORM
+
     out = [f"env={env}"]
+    late: dict[str, Any] = {}
 
-    def add(prefix: str, value: Any) -> None:
-        if isinstance(value, Mapping) and prefix not in ("env_kwargs",):
+    def free(key: str) -> bool:
+        return any(key == f or key.startswith(f + ".") for f in FREE_FORM)
+
+    def add(key: str, value: Any) -> None:
+        walk = isinstance(value, Mapping) and value
+        if walk and all(isinstance(k, str) and _HYDRA_KEY.fullmatch(k) for k in value):
             for k, v in value.items():
-                add(f"{prefix}.{k}", v)
+                add(f"{key}.{k}", v)
             return
-        if isinstance(value, Mapping) or isinstance(value, (list, tuple)):
-            import json
-
-            text = json.dumps(value)
-        elif value is None:
-            text = "null"
-        elif isinstance(value, bool):
-            text = str(value).lower()
-        else:
-            text = str(value)
-        key = prefix if prefix != "env_kwargs" or not value else f"+{prefix}"
-        out.append(f"{key}={text}")
+        prefix = "++" if free(key) else ""
+        try:
+            out.append(f"{prefix}{key}={hydra_value(value)}")
+        except _NotExpressible:
+            out.append(f"++{key}={{}}")
+            late[key] = value
 
     for key, value in overrides.items():
         add(key.replace("__", "."), value)
-    return out
+    return out, late
 
 
 def fit(env: str = "cartpole", *, run_dir: str | Path | None = None, **overrides: Any) -> FitResult:
@@ -72,22 +125,27 @@ def fit(env: str = "cartpole", *, run_dir: str | Path | None = None, **overrides
     """
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import open_dict
+    from omegaconf import OmegaConf, open_dict
 
-    from grpo_marl.config import _safe
+    from grpo_marl.config import _safe, check_command_line
     from grpo_marl.train import run
 
-    args = _override_list(env, overrides)
+    args, late = _override_list(env, overrides)
+    problems = check_command_line(args)  # the CLI's checks: unknown keys with "did you mean", options
+    if problems:
+        raise UserInputError("invalid overrides:\n  - " + "\n  - ".join(problems))
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
     conf_dir = str(Path(__file__).resolve().parent / "conf")
     with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
         try:
             cfg = compose(config_name="config", overrides=args)
-        except Exception as exc:  # Hydra's own errors for unknown keys / options
+        except Exception as exc:  # Hydra's own errors for what the checks above do not cover
             raise UserInputError(f"invalid overrides {args[1:]}: {exc}") from exc
     with open_dict(cfg):
         cfg.pop("hydra", None)
+        for key, value in late.items():
+            OmegaConf.update(cfg, key, value, merge=False, force_add=True)
     if run_dir is None:
         stamp = time.strftime("%Y%m%d_%H%M%S") + f"_{time.time_ns() % 1_000_000:06d}"
         algo = (
@@ -129,6 +187,11 @@ class TrainedPolicy:
 
     @torch.no_grad()
     def act(self, obs: Any, deterministic: bool = True) -> Any:
+        """The policy's action for ``obs`` (greedy unless ``deterministic=False``).
+
+        Observations are checked against the spaces the policy was trained on: a wrong shape or a
+        non-numeric dtype raises :class:`UserInputError` naming the expected shape (a mis-shaped
+        array would otherwise be read as a batch and return a batch of wrong actions)."""
         if self.multi_agent:
             if not isinstance(obs, Mapping):
                 raise UserInputError(
@@ -137,19 +200,61 @@ class TrainedPolicy:
             unknown = sorted(set(obs) - set(self.agents))
             if unknown:
                 raise UserInputError(f"unknown agents {unknown}; this policy controls {list(self.agents)}")
+            spaces_ = self.layout.observation_spaces
+            for j, a in enumerate(self.agents):
+                if obs.get(a) is not None:
+                    check_observation(obs[a], spaces_[j], f"the observation of {a!r}", batch=False)
             x = self._encode([[obs.get(a) for a in self.agents]])
             actions = self._act(x, deterministic)[0]
             return {a: actions[j] for j, a in enumerate(self.agents) if a in obs}
-        arr = np.asarray(obs)
         space = self.layout.observation_spaces[0]
-        single = arr.shape == tuple(space.shape)
-        batch = [arr] if single else list(arr)
+        single = check_observation(obs, space, "the observation", batch=True)
+        batch = [obs] if single else list(np.asarray(obs))
         actions = self._act(self._encode([[o] for o in batch]), deterministic)[:, 0]
         return actions[0] if single else actions
 
     def _act(self, x: np.ndarray, deterministic: bool) -> np.ndarray:
         actions, _ = self.policy.act(torch.as_tensor(x, device=self.device), None, deterministic=deterministic)
         return self.policy.to_env(actions)
+
+
+def check_observation(obs: Any, space: Any, what: str, batch: bool) -> bool:
+    """Raise :class:`UserInputError` unless ``obs`` is one observation of ``space`` (or, with
+    ``batch``, a ``[N, *shape]`` stack of them); return whether it is a single observation.
+
+    Dict observations carrying an action mask (``{"observation": ..., "action_mask": ...}``) are
+    checked on their ``observation`` part."""
+    from grpo_marl.vec.spaces import obs_part
+
+    inner = obs_part(space)
+    if isinstance(obs, Mapping):
+        if "observation" not in obs:
+            raise UserInputError(f"{what} is a dict without an 'observation' entry; expected {inner}")
+        obs, batch = obs["observation"], False
+    shape = tuple(getattr(inner, "shape", None) or ())
+    dtype = getattr(inner, "dtype", None)
+    named = f"Box(shape={shape}, dtype={dtype})" if type(inner).__name__ == "Box" else str(inner)
+    try:
+        arr = np.asarray(obs)
+    except (TypeError, ValueError) as exc:
+        raise UserInputError(f"{what} is not an array of numbers ({exc}); expected shape {shape}") from exc
+    if arr.dtype.kind not in "biuf":
+        raise UserInputError(f"{what} has dtype {arr.dtype}; expected numbers of shape {shape} ({named})")
+    if arr.shape == shape:
+        single = True
+    elif batch and arr.ndim == len(shape) + 1 and arr.shape[1:] == shape:
+        single = False
+    else:
+        stack = ", or a batch of shape (N" + "".join(f", {d}" for d in shape) + (",)" if not shape else ")")
+        raise UserInputError(
+            f"{what} has shape {arr.shape}; this policy expects shape {shape}"
+            + (stack if batch else "")
+            + f" (its observation space is {named})"
+        )
+    if dtype is not None and np.issubdtype(dtype, np.integer) and arr.dtype.kind == "f":
+        if not np.array_equal(arr, np.round(arr)):
+            raise UserInputError(f"{what} has fractional values but the observation space is {named} (integers)")
+    return single
 
 
 def load(run_dir: str | Path, device: str = "cpu") -> TrainedPolicy:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from grpo_marl.errors import ConfigError, UnsupportedSpaceError
 from grpo_marl.vec.spaces import action_mask_of, flat_obs_dim
 
 _INDEX_SUFFIX = re.compile(r"_\d+$")
@@ -43,17 +44,17 @@ def resolve_group_map(agents: Sequence[str], override: Mapping[str, Any] | None 
     for key, value in override.items():
         if isinstance(value, str):
             if key not in mapping:
-                raise KeyError(f"marl.groups names agent {key!r}, but the env's agents are {list(agents)}")
+                raise ConfigError(f"marl.groups names agent {key!r}, but the env's agents are {list(agents)}")
             targets, group = [key], value
         else:
             patterns = [str(v) for v in value]
             targets = [a for a in agents if any(fnmatch.fnmatchcase(a, p) for p in patterns)]
             if not targets:
-                raise KeyError(f"marl.groups[{key!r}]={patterns} matches none of {list(agents)}")
+                raise ConfigError(f"marl.groups[{key!r}]={patterns} matches none of {list(agents)}")
             group = str(key)
         for a in targets:
             if a in claimed and claimed[a] != group:
-                raise ValueError(f"agent {a!r} is put in both {claimed[a]!r} and {group!r} by marl.groups")
+                raise ConfigError(f"agent {a!r} is put in both {claimed[a]!r} and {group!r} by marl.groups")
             claimed[a] = group
             mapping[a] = group
     return mapping
@@ -108,7 +109,7 @@ class AgentGroups:
         from gymnasium import spaces
 
         if share not in ("group", "agent"):
-            raise ValueError(f"marl.share must be 'group' or 'agent', got {share!r}")
+            raise ConfigError(f"marl.share must be 'group' or 'agent', got {share!r}")
         self.agents: tuple[str, ...] = tuple(possible_agents)
         self.share = share
         self.agent_id = bool(agent_id)
@@ -125,7 +126,7 @@ class AgentGroups:
             acts = {repr(action_spaces[a]) for a in members}
             if len(dims) != 1 or len(acts) != 1:
                 detail = {a: (flat_obs_dim(observation_spaces[a]), str(action_spaces[a])) for a in members}
-                raise ValueError(
+                raise UnsupportedSpaceError(
                     f"agents of group {g!r} have different spaces {detail}; put them in separate groups "
                     f"with marl.groups (e.g. marl.groups={{{members[0]}: {g}_a}})"
                 )
@@ -137,7 +138,7 @@ class AgentGroups:
                 n_actions, shape = 0, tuple(int(s) for s in space.shape)
                 low, high = np.asarray(space.low, np.float32), np.asarray(space.high, np.float32)
             else:
-                raise TypeError(f"action space {space} of group {g!r} is not supported (Discrete or Box)")
+                raise UnsupportedSpaceError(f"action space {space} of group {g!r} is not supported (Discrete or Box)")
             self.specs[g] = GroupSpec(
                 name=g,
                 agents=members,
@@ -259,7 +260,7 @@ def arrange_groups(
         groups: the env's agent-groups (agent order = rollout order within an env).
     """
     if grouping not in GROUPINGS:
-        raise ValueError(f"unknown marl grouping {grouping!r}; choose one of {', '.join(GROUPINGS)}")
+        raise ConfigError(f"unknown marl grouping {grouping!r}; choose one of {', '.join(GROUPINGS)}")
     n_agents = len(groups.agents)
     pos = {a: i for i, a in enumerate(groups.agents)}
     slots = {g: [pos[a] for a in spec.agents] for g, spec in groups.specs.items()}

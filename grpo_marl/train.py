@@ -79,6 +79,14 @@ def _resume_config(cfg: DictConfig, overrides: list[str], dry: bool = False) -> 
         "total_steps", "device", "log.progress", "log.tensorboard", "threads",
         "autocast", "distributed.backend", "distributed.find_unused_parameters",
     }  # fmt: skip
+    # A config-group switch (algo=ppo) would replace a whole section: refused like any other key.
+    for group, option in config_mod.group_choices(overrides, explicit_only=True).items():
+        was = str(OmegaConf.select(saved, f"{group}.name", default=None) or "default")
+        if option != was:
+            raise ConfigError(
+                f"{group}={option} cannot change when resuming: {run_dir} was trained with {group}={was}; "
+                "start a new run for another algorithm"
+            )
     with open_dict(saved):
         for key in config_mod.user_override_keys(overrides):
             if key == "resume":

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from grpo_marl.advantages import agent_group_advantages
+from grpo_marl.errors import ConfigError
 from grpo_marl.groups import AgentGroups, arrange_groups, default_group_name, resolve_group_map, team_reward_fraction
 from grpo_marl.marl.envs import make_parallel_env
 from grpo_marl.vec import make_vec_env
@@ -30,9 +31,9 @@ def test_group_map_overrides() -> None:
     assert set(m.values()) == {"everyone"}
     with pytest.raises(ValueError, match="both"):
         resolve_group_map(agents, {"a": ["agent_*"], "b": ["agent_0"]})
-    with pytest.raises(KeyError, match="matches none"):
+    with pytest.raises(ConfigError, match="matches none"):
         resolve_group_map(agents, {"a": ["nobody_*"]})
-    with pytest.raises(KeyError, match="names agent"):
+    with pytest.raises(ConfigError, match="names agent"):
         resolve_group_map(agents, {"ghost_0": "x"})
 
 

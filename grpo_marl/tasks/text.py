@@ -33,7 +33,7 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from grpo_marl.batch import Batch
-from grpo_marl.errors import UserInputError
+from grpo_marl.errors import ConfigError, UserInputError
 from grpo_marl.logging import RunLogger
 from grpo_marl.policies.llm import LLMPolicy, LoraSpec, resolve_dtype
 from grpo_marl.registry import EnvSpec
@@ -128,7 +128,7 @@ class TextTask(Task):
 
     def __init__(self, cfg: DictConfig, spec: EnvSpec, device: torch.device, collector: str = "episodes") -> None:
         if collector != "episodes":
-            raise ValueError(
+            raise ConfigError(
                 f"text envs are trained with GRPO's episode collector; algo {cfg.algo.name!r} asks "
                 f"for {collector!r}, which text does not support"
             )
@@ -137,7 +137,10 @@ class TextTask(Task):
         self.device = device
         self.env = spec.make(**dict(cfg.env_kwargs or {}))
         if not hasattr(self.env, "task"):
-            raise TypeError(f"env {spec.name!r} is registered as kind 'text' but is not a TextEnv")
+            raise UserInputError(
+                f"env {spec.name!r} is registered as kind 'text' but its factory returned a "
+                f"{type(self.env).__name__}, not a TextEnv (envs.text.env.TextEnv)"
+            )
         self.text_task = self.env.task
         self.train_set = self.text_task.train
         self.eval_set = self.text_task.eval
