@@ -12,7 +12,6 @@ defaults + your overrides), validates it the same way and writes the same run di
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +22,8 @@ import numpy as np
 import torch
 
 from grpo_marl.errors import UserInputError
+from grpo_marl.families import family_of
+from grpo_marl.overrides import overrides_from_mapping
 
 
 @dataclass
@@ -34,85 +35,6 @@ class FitResult:
 
     def load(self, device: str = "cpu") -> TrainedPolicy:
         return load(self.run_dir, device=device)
-
-
-_HYDRA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
-
-
-def hydra_value(value: Any) -> str:
-    """``value`` written in Hydra's override grammar so that Hydra reads back the same value and type.
-
-    Strings are quoted whenever Hydra would read them differently (``"true"``, ``"3"``, a path with
-    a comma, a ``module:function``); lists and dicts are written element by element. A dict whose
-    keys Hydra's grammar cannot hold (``{"mypkg.rewards:f": 1.0}``) raises :class:`_NotExpressible`.
-    """
-    from grpo_marl.rundir import hydra_quote
-
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        f = float(value)
-        return "nan" if f != f else ("inf" if f == float("inf") else "-inf" if f == -float("inf") else repr(f))
-    if isinstance(value, Path):
-        value = str(value)
-    if isinstance(value, str):
-        return hydra_quote(value)
-    if isinstance(value, Mapping):
-        if not all(isinstance(k, str) and _HYDRA_KEY.fullmatch(k) for k in value):
-            raise _NotExpressible
-        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(hydra_value(v) for v in value) + "]"
-    raise UserInputError(
-        f"cannot pass {type(value).__name__} {value!r} as a config value: use str, int, float, bool, None, "
-        "or lists/dicts of them"
-    )
-
-
-class _NotExpressible(Exception):
-    """A value Hydra's override grammar cannot write (set on the composed config instead)."""
-
-
-def _override_list(env: str, overrides: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
-    """``fit``'s keyword arguments as Hydra overrides, and the values to set after composing.
-
-    ``{"algo": "ppo", "algo.lr": 1e-3, "vec": {"num_envs": 8}, "env_kwargs": {"size": 3}}`` ->
-    ``["env=<env>", "algo=ppo", "algo.lr=0.001", "vec.num_envs=8", "+env_kwargs.size=3"]``: dicts are
-    walked down to their leaves, as a user writes dotted keys on the command line, so they merge
-    into a section instead of replacing it. Keys of a free-form section (``env_kwargs``,
-    ``marl.groups``) get Hydra's ``++`` (add or override). A leaf dict whose keys Hydra cannot write
-    (``{"mypkg.rewards:f": 1.0}``) is returned in the second value, to set on the composed config;
-    its key is still named in the list (``++key={}``) so it counts as set by the user and wins over
-    the env's tuned defaults exactly like a command-line key.
-    """
-    from grpo_marl.config import FREE_FORM
-
-    out = [f"env={env}"]
-    late: dict[str, Any] = {}
-
-    def free(key: str) -> bool:
-        return any(key == f or key.startswith(f + ".") for f in FREE_FORM)
-
-    def add(key: str, value: Any) -> None:
-        walk = isinstance(value, Mapping) and value
-        if walk and all(isinstance(k, str) and _HYDRA_KEY.fullmatch(k) for k in value):
-            for k, v in value.items():
-                add(f"{key}.{k}", v)
-            return
-        prefix = "++" if free(key) else ""
-        try:
-            out.append(f"{prefix}{key}={hydra_value(value)}")
-        except _NotExpressible:
-            out.append(f"++{key}={{}}")
-            late[key] = value
-
-    for key, value in overrides.items():
-        add(key.replace("__", "."), value)
-    return out, late
 
 
 def fit(env: str = "cartpole", *, run_dir: str | Path | None = None, **overrides: Any) -> FitResult:
@@ -130,7 +52,8 @@ def fit(env: str = "cartpole", *, run_dir: str | Path | None = None, **overrides
     from grpo_marl.config import _safe, check_command_line
     from grpo_marl.train import run
 
-    args, late = _override_list(env, overrides)
+    args, late = overrides_from_mapping(overrides)
+    args.insert(0, f"env={env}")
     problems = check_command_line(args)  # the CLI's checks: unknown keys with "did you mean", options
     if problems:
         raise UserInputError("invalid overrides:\n  - " + "\n  - ".join(problems))
@@ -173,7 +96,7 @@ class TrainedPolicy:
         self.cfg = cfg
         self.device = device
         self.agents = layout.agents
-        self.multi_agent = cfg.get("env_kind", "gymnasium") == "pettingzoo"
+        self.multi_agent = family_of(cfg).multi_agent
         self._writers = [obs_writer(space) for space in layout.observation_spaces]
 
     def _encode(self, observations: list[list[Any]]) -> np.ndarray:
@@ -262,10 +185,17 @@ def load(run_dir: str | Path, device: str = "cpu") -> TrainedPolicy:
     from grpo_marl.evaluate import load_run
 
     cfg, task, _ = load_run(run_dir, device=device)
-    if cfg.get("env_kind", "gymnasium") == "text":
+    family = family_of(cfg)
+    if not family.vectorized:
+        task.close()
+        hint = (
+            "its model is a Hugging Face directory, load it with transformers' "
+            "AutoModelForCausalLM.from_pretrained(<run>/model)"
+            if (Path(run_dir) / "model").is_dir()
+            else "load() acts on numpy observations of vectorized envs"
+        )
         raise UserInputError(
-            f"{run_dir} is a text run: its model is a Hugging Face directory, load it with "
-            "transformers' AutoModelForCausalLM.from_pretrained(<run>/model)"
+            f"{run_dir} is a {family.name} run ({family.plural} are not stepped as numpy arrays): {hint}"
         )
     policy = TrainedPolicy(task.policy, task.vec.layout, cfg, torch.device(device))
     task.close()

@@ -92,12 +92,23 @@ def _resume_config(cfg: DictConfig, overrides: list[str], dry: bool = False) -> 
             if key == "resume":
                 continue
             if key not in allowed:
-                raise ConfigError(f"{key} cannot change when resuming (allowed: {', '.join(sorted(allowed))})")
+                was, now = OmegaConf.select(saved, key, default=None), OmegaConf.select(cfg, key, default=None)
+                if _plain(was) == _plain(now):
+                    continue  # the run's own value (the same command again, or its config file)
+                raise ConfigError(
+                    f"{key} cannot change when resuming: the run has {key}={_plain(was)!r}, this command "
+                    f"gives {_plain(now)!r} (keys that may change: {', '.join(sorted(allowed))})"
+                )
             OmegaConf.update(saved, key, OmegaConf.select(cfg, key), merge=False)
         saved.resume = str(run_dir)
     config_mod.validate(saved)
     _pick_checkpoint(saved, run_dir, dry=dry)
     return saved, run_dir
+
+
+def _plain(value: Any) -> Any:
+    """A config node as plain Python (lists and dicts compared by value)."""
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
 def _pick_checkpoint(cfg: DictConfig, run_dir: Path, dry: bool = False) -> None:
@@ -562,6 +573,29 @@ def _run_cli(cfg: DictConfig, overrides: list[str], run_dir: Path) -> None:
 
 
 _STARTED = False  # set once Hydra composed the config and called :func:`hydra_main`
+#: the overrides the user's own config file stands for (``--config-dir D --config-name exp``)
+_FILE_ARGS: list[str] = []
+
+
+def _user_file_args(args: list[str]) -> list[str]:
+    """The overrides of the user's config file named in ``args`` (see :func:`overrides.file_overrides`),
+    or exit 2 naming the file and what is wrong with it."""
+    from grpo_marl.overrides import file_overrides, user_config_file
+
+    try:
+        path = user_config_file(args, _CONF_DIR)
+        if path is None:
+            return []
+        file_args = file_overrides(path)
+    except UserInputError as exc:
+        _fail(f"error: {exc}", EXIT_INPUT)
+    problems = config_mod.check_command_line(file_args)
+    if problems:
+        _fail(f"error: invalid config file {path}:\n  - " + "\n  - ".join(problems), EXIT_INPUT)
+    return file_args
+
+
+_CONF_DIR = Path(__file__).resolve().parent / "conf"
 _PREEXISTING_DIR = False  # hydra.run.dir named a directory that existed before this command
 
 
@@ -603,19 +637,25 @@ def preflight(args: list[str]) -> list[str]:
     global _PREEXISTING_DIR
     explicit = _hydra_value(args, "hydra.run.dir")
     _PREEXISTING_DIR = explicit is not None and Path(explicit).expanduser().exists()
-    if any(a.startswith("-") for a in args):
+    from grpo_marl.overrides import config_flags, user_config_file
+
+    flags, rest = config_flags(args)
+    if any(a.startswith("-") for a in rest):
         return []
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     from grpo_marl import rundir
 
-    overrides = [a for a in args if not _is_hydra_arg(a)]
-    conf_dir = str(Path(__file__).resolve().parent / "conf")
+    overrides = [a for a in rest if not _is_hydra_arg(a)]
+    user_file = user_config_file(args, _CONF_DIR) if flags else None
+    conf_dir, name, search = str(_CONF_DIR), "config", []
+    if user_file is not None:  # composed as Hydra composes it: its dir first, grpo_marl's conf after
+        conf_dir, name, search = str(user_file.parent), user_file.stem, [f"hydra.searchpath=[file://{_CONF_DIR}]"]
     try:
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides)
+            cfg = compose(config_name=name, overrides=overrides + search)
     except Exception:  # noqa: BLE001  (a command Hydra cannot compose: Hydra reports it as before)
         return []
     finally:
@@ -624,7 +664,7 @@ def preflight(args: list[str]) -> list[str]:
     try:
         with open_dict(cfg):
             cfg.pop("hydra", None)
-        cfg, run_dir, resume = prepare(cfg, overrides, Path(explicit or "."), dry=True)
+        cfg, run_dir, resume = prepare(cfg, _FILE_ARGS + overrides, Path(explicit or "."), dry=True)
         if resume or explicit is not None:
             rundir.check_free(run_dir, resume=resume)
         # Writable, with room for one more checkpoint when its size is known (a resume); a fresh
@@ -646,7 +686,7 @@ def preflight(args: list[str]) -> list[str]:
 
 
 # An absolute path: the config is found the same way from ``python -m``, the console script and tests.
-@hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parent / "conf"), config_name="config")
+@hydra.main(version_base="1.3", config_path=str(_CONF_DIR), config_name="config")
 def hydra_main(cfg: DictConfig) -> None:
     global _STARTED
     _STARTED = True
@@ -660,7 +700,7 @@ def hydra_main(cfg: DictConfig) -> None:
         ctx = dist.init(str((cfg.get("distributed") or {}).get("backend", "auto")))
         run_dir = Path(dist.broadcast_object(str(run_dir), ctx))
     try:
-        _run_cli(cfg, list(hc.overrides.task), run_dir)
+        _run_cli(cfg, _FILE_ARGS + list(hc.overrides.task), run_dir)
     finally:
         dist.shutdown()
 
@@ -687,6 +727,7 @@ def main(argv: list[str] | None = None) -> None:
         problems = config_mod.check_command_line(args)
         if problems:
             _fail("error: invalid command line:\n  - " + "\n  - ".join(problems), EXIT_INPUT)
+        _FILE_ARGS[:] = _user_file_args(args)
         args = args + preflight(args)
         extra, scratch = rank_overrides(args, dist.env_rank(), dist.env_world_size())
         sys.argv[1:] = args + extra

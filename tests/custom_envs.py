@@ -81,6 +81,19 @@ def bandit() -> gym.Env:
     return Bandit()
 
 
+#: the keyword arguments :func:`sized_bandit` was built with, in this process
+SEEN_KWARGS: list[dict[str, Any]] = []
+
+
+def sized_bandit(size: int = 2, labels: dict[str, float] | None = None) -> gym.Env:
+    """A ``size``-armed bandit (reward = arm index) built from keyword arguments, recording them:
+    ``fit(env_kwargs={...})`` and the CLI's ``+env_kwargs.size=3`` must reach the factory."""
+    SEEN_KWARGS.append({"size": size, "labels": labels})
+    env = Bandit()
+    env.action_space = spaces.Discrete(size)
+    return env
+
+
 class ConstantReward(Bandit):
     """Every rollout returns exactly 1: every group has zero variance."""
 
@@ -137,3 +150,11 @@ class FloatImage(gym.Env):
 
 def float_image() -> gym.Env:
     return FloatImage()
+
+
+def spread_without_kind() -> Any:
+    """A PettingZoo ParallelEnv factory that does not say so (no ``grpo_marl_kind``): refused,
+    naming the attribute, instead of being stepped as a Gymnasium env."""
+    from mpe2 import simple_spread_v3
+
+    return simple_spread_v3.parallel_env(max_cycles=5)
