@@ -204,7 +204,11 @@ class ChainVec(VecEnv):
     def snapshot(self, indices: Sequence[int]) -> list[Any]:
         return [
             ChainSnapshot(
-                int(self._pos[i]), int(self._goal[i]), int(self._t[i]), bool(self._done[i]), int(self._key[i]),
+                int(self._pos[i]),
+                int(self._goal[i]),
+                int(self._t[i]),
+                bool(self._done[i]),
+                int(self._key[i]),
                 int(self._seed[i]),
             )
             for i in np.asarray(indices, np.int64).reshape(-1).tolist()
