@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import grpo_marl.marl.config  # noqa: F401  (registers the marl config validator)
 from grpo_marl.marl.envs import MARL_ENVS, make_parallel_env
 from grpo_marl.registry import register_env
 

@@ -10,7 +10,6 @@ config files (``env=gym:ID``, ``env=pkg.mod:factory``, envs registered from Pyth
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections.abc import Callable
 from typing import Any, cast
@@ -270,23 +269,6 @@ VALIDATORS: list[Validator] = []
 def register_validator(fn: Validator) -> Validator:
     VALIDATORS.append(fn)
     return fn
-
-
-def _choice(errors: list[str], cfg: DictConfig, key: str, options: tuple[str, ...]) -> None:
-    value = OmegaConf.select(cfg, key)
-    if value not in options:
-        errors.append(f"{key}={value!r} is not valid; choose one of {', '.join(map(str, options))}")
-
-
-def _positive(errors: list[str], cfg: DictConfig, key: str, strict: bool = True, integer: bool = False) -> None:
-    value = OmegaConf.select(cfg, key)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
-        errors.append(f"{key}={value!r} must be a number")
-        return
-    if integer and int(value) != value:
-        errors.append(f"{key}={value!r} must be an integer")
-    if (strict and value <= 0) or (not strict and value < 0):
-        errors.append(f"{key}={value!r} must be {'> 0' if strict else '>= 0'}")
 
 
 @register_validator

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from grpo_marl.advantages import gae
 from grpo_marl.algos import Algorithm, register_algo
 from grpo_marl.batch import Batch
-from grpo_marl.config import _choice, _positive, register_validator
+from grpo_marl.config import register_validator
 from grpo_marl.families import family_of
 from grpo_marl.losses import make_loss
 from grpo_marl.policies.mlp import Critic
@@ -275,23 +275,8 @@ def _validate_ppo(cfg: DictConfig) -> list[str]:
             f"algo={name} has a centralized critic (algo.critic_state=true) on a multi-agent env's global "
             f"state, and env {cfg.env!r} is single-agent; use algo=ppo"
         ]
+    # types, ranges and choices of every algo.* key: grpo_marl/schema.py (one rule, one place)
     errors: list[str] = []
-    for key in ("n_envs", "n_steps", "batch_size", "epochs", "minibatches"):
-        _positive(errors, cfg, f"algo.{key}", integer=True)
-    for key in ("lr", "clip_eps"):
-        _positive(errors, cfg, f"algo.{key}")
-    for key in ("vf_coef", "entropy_coef", "max_grad_norm"):
-        _positive(errors, cfg, f"algo.{key}", strict=False)
-    if a.clip_vf is not None:
-        _positive(errors, cfg, "algo.clip_vf", strict=False)
-    if isinstance(a.clip_eps, (int, float)) and a.clip_eps >= 1:
-        errors.append(f"algo.clip_eps={a.clip_eps} must be < 1 (ratios are clipped to [1-eps, 1+eps])")
-    for key in ("gamma", "gae_lambda"):
-        value = a[key]
-        if not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            errors.append(f"algo.{key}={value!r} must be in [0, 1]")
-    _choice(errors, cfg, "algo.lr_schedule", ("constant", "linear", "cosine"))
-    _choice(errors, cfg, "algo.clip_schedule", ("constant", "linear"))
     if cfg.vec.num_envs and a.n_envs and int(cfg.vec.num_envs) != int(a.n_envs):
         errors.append(
             f"vec.num_envs={cfg.vec.num_envs} disagrees with algo.n_envs={a.n_envs}; set algo.n_envs "
