@@ -255,13 +255,12 @@ def bind_reward(spec: str | RewardFunc, columns: Sequence[str] = ("answer",)) ->
     )
     if "completion_ids" in missing:
         why += "; completion token ids are not passed to reward functions"
-    elif positional_ok:
-        why += " (a reward called positionally names its third parameter answers)"
+    hint = "; a reward called positionally names its third parameter answers" if positional_ok else ""
     shown = sig.replace(
         parameters=[q.replace(annotation=q.empty) for q in params], return_annotation=inspect.Signature.empty
     )
     raise ConfigError(
-        f"reward {reward_label(spec, fn)}{shown} cannot be called: {why}. A reward function takes {ACCEPTED_FORMS}"
+        f"reward {reward_label(spec, fn)}{shown} cannot be called: {why}. A reward function takes {ACCEPTED_FORMS}{hint}"
     )
 
 

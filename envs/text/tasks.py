@@ -146,13 +146,13 @@ class TextTask:
         names: dict[str, None] = {}
         for a in self.train.answers + self.eval.answers:
             names.update(dict.fromkeys(getattr(a, "columns", None) or (self.answer_column,)))
-        self._column_names = tuple(names)
+        self._column_names = tuple(sorted(names, key=lambda k: (k != self.answer_column, k)))
         self._fns = {n: bind_reward(n, self._column_names) for n in dict.fromkeys([*self.rewards, str(self.accuracy)])}
 
     @property
     def columns(self) -> tuple[str, ...]:
         """The data's columns besides the prompt, which TRL-form rewards get as keyword lists: a
-        JSONL file's other keys (in the order they first appear), else ``(answer_column,)``."""
+        JSONL file's other keys (the answer's first, then by name), else ``(answer_column,)``."""
         return self._column_names
 
     def _columns(self, answers: Sequence[str], names: Sequence[str]) -> dict[str, list[Any]]:
