@@ -12,7 +12,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, open_dict
+from omegaconf import Container, DictConfig, OmegaConf, open_dict
 
 from grpo_marl.config import register_validator
 from grpo_marl.registry import register_env
@@ -265,7 +265,7 @@ def text_config_errors(cfg: DictConfig) -> list[str]:
     (see :func:`_resolve_paths`)."""
     if cfg.get("env_kind") != "text":
         return []
-    from grpo_marl.errors import ModelPathError
+    from grpo_marl.errors import ModelPathError, UserInputError
     from grpo_marl.text.loading import check_model_path, is_gguf_path, require_gguf_support, require_transformers
 
     require_transformers(f"env={cfg.env} (a text env)")
@@ -287,6 +287,14 @@ def text_config_errors(cfg: DictConfig) -> list[str]:
             "env=text_jsonl needs the prompt file: add +env_kwargs.path=data.jsonl (one JSON object per line "
             'with "prompt" and "answer")'
         )
+    rewards = (cfg.get("env_kwargs") or {}).get("rewards")
+    if rewards is not None:  # its form; the functions and their signatures are checked when the task is built
+        from envs.text.rewards import reward_weights
+
+        try:
+            reward_weights(OmegaConf.to_container(rewards) if isinstance(rewards, Container) else rewards)
+        except UserInputError as exc:
+            errors.append(str(exc))
     for key in ("path", "eval_path"):
         value = (cfg.get("env_kwargs") or {}).get(key)
         if value and not Path(str(value)).is_file():

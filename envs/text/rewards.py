@@ -2,28 +2,49 @@
 
 A reward function scores a batch of completions at once (one Python call per batch, not per
 sample) and stands alone, so it can be unit-tested and reused by other trainers (the TRL
-benchmark wraps the same functions):
+benchmark wraps the same functions). Two signatures are accepted:
 
-    def reward(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
-               **kwargs) -> list[float]
+* the positional form (every built-in reward)::
 
-``answers`` holds the dataset's reference answer per prompt (strings; tasks encode structured
-answers as text). Users add their own by name with :func:`register_reward` or point to any
+      def reward(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
+                 **kwargs) -> list[float]
+
+  ``answers`` holds the dataset's reference answer per prompt (strings; tasks encode structured
+  answers as text);
+* TRL's form, as ``GRPOTrainer`` calls it::
+
+      def reward(prompts, completions, **kwargs) -> list[float | None]
+
+  called with keywords only: ``prompts=``, ``completions=`` and one keyword list per column of
+  the data besides the prompt (``answer=[...]`` for the built-in tasks; every other key of a
+  ``text_jsonl`` row, e.g. ``solution=[...]``, its JSON values as they are in the file). For a
+  conversational prompt (a list of messages) each completion is passed as TRL passes it,
+  ``[{"role": "assistant", "content": text}]``.
+
+:func:`bind_reward` tells them apart from the signature, once, when the task is built; a
+function that fits neither is refused there (:class:`~grpo_marl.errors.ConfigError`). Either form
+may return ``None`` for a completion it does not apply to (TRL's convention): see
+:func:`reward_values`. Users add their own by name with :func:`register_reward` or point to any
 importable function as ``"package.module:function"``.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from grpo_marl.errors import ConfigError
 
 
 class RewardFunc(Protocol):
-    """A batched reward: one float per completion."""
+    """A batched reward: one float per completion (the positional form; see the module doc for
+    TRL's keyword form, which :func:`bind_reward` accepts as well)."""
 
     def __call__(
         self, prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str], **kwargs: object
@@ -46,9 +67,13 @@ def register_reward(name: str) -> Callable[[RewardFunc], RewardFunc]:
 
 
 def get_reward(spec: str | RewardFunc) -> RewardFunc:
-    """Resolve a reward function from a registered name, ``module:function``, or a callable."""
+    """Resolve a reward function from a registered name, ``module:function``, or a callable.
+
+    Raises :class:`~grpo_marl.errors.ConfigError` (a ``ValueError``) naming the spec."""
     if callable(spec):
         return spec
+    if not isinstance(spec, str):
+        raise ConfigError(f"reward {spec!r} is not a name or 'package.module:function'")
     if spec in REWARDS:
         return REWARDS[spec]
     if ":" in spec:
@@ -56,15 +81,204 @@ def get_reward(spec: str | RewardFunc) -> RewardFunc:
         try:
             obj: object = importlib.import_module(mod_name)
         except ImportError as e:
-            raise ValueError(f"reward {spec!r}: cannot import module {mod_name!r} ({e})") from e
+            raise ConfigError(f"reward {spec!r}: cannot import module {mod_name!r} ({e})") from e
         for part in attr.split("."):
             if not hasattr(obj, part):
-                raise ValueError(f"reward {spec!r}: module {mod_name!r} has no attribute {attr!r}")
+                raise ConfigError(f"reward {spec!r}: module {mod_name!r} has no attribute {attr!r}")
             obj = getattr(obj, part)
         if not callable(obj):
-            raise ValueError(f"reward {spec!r} is not callable")
+            raise ConfigError(f"reward {spec!r} is not callable")
         return obj  # type: ignore[return-value]
-    raise ValueError(f"unknown reward {spec!r}; registered: {sorted(REWARDS)}, or give 'package.module:function'")
+    raise ConfigError(f"unknown reward {spec!r}; registered: {sorted(REWARDS)}, or give 'package.module:function'")
+
+
+# ----------------------------------------------------------------------------- weights and signatures
+
+#: How a reward function is called: ``f(prompts, completions, answers)``, or TRL's keyword form.
+POSITIONAL, TRL = "positional", "trl"
+ACCEPTED_FORMS = (
+    "the positional form f(prompts, completions, answers) or TRL's form f(prompts, completions, **kwargs), "
+    "called with keywords: prompts=, completions= and each column of the data as a list"
+)
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_SPLIT_KEY = re.compile(rf"([A-Za-z_][\w.]*)\s*:\s*({_NUMBER})")
+
+
+def reward_weights(value: object, key: str = "env_kwargs.rewards") -> dict[str, float]:
+    """The weighted set of rewards, ``{name: weight}``, from what a config holds: a mapping
+    (``{int_match: 1.0, "mypkg.rewards:f": 0.5}``) or a list whose entries are a name (weight 1)
+    or a ``[name, weight]`` pair (``[mypkg.rewards:f, [int_match, 0.5]]``, which Hydra's override
+    grammar reads without quotes).
+
+    Raises :class:`~grpo_marl.errors.ConfigError` naming ``key``; a weight that reads as the rest of
+    a ``module:function`` key (``{mypkg.rewards:f: 1.0}`` on the command line, which Hydra splits at
+    the key's first colon into ``{"mypkg.rewards": "f: 1.0"}``) is refused with the forms that work,
+    since a second function of the same module would have been dropped without a trace.
+    """
+    out: dict[str, float] = {}
+
+    def add(name: object, weight: object, shown: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{key}: {shown}: a reward is a registered name or 'package.module:function'")
+        if isinstance(weight, str) and _SPLIT_KEY.fullmatch(weight.strip()):
+            attr, w = _SPLIT_KEY.fullmatch(weight.strip()).groups()  # type: ignore[union-attr]
+            raise ConfigError(
+                f"{key}: {{{name}: {weight}}} is how Hydra reads {{{name}:{attr}: {w}}} (a dict key ends at its "
+                f"first colon); write the colon as \\: ('+{key}={{{name}\\:{attr}: {w}}}') or list the reward: "
+                f"'+{key}=[[{name}:{attr}, {w}]]'"
+            )
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
+            raise ConfigError(f"{key}: {shown}: the weight {weight!r} of {name!r} must be a finite number")
+        if name in out:
+            raise ConfigError(f"{key}: {name!r} is listed twice")
+        out[name] = float(weight)
+
+    if isinstance(value, Mapping):
+        for name, weight in value.items():
+            add(name, weight, f"{name}: {weight}")
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        for entry in value:
+            if isinstance(entry, str):
+                add(entry, 1.0, repr(entry))
+            elif isinstance(entry, Sequence) and not isinstance(entry, str) and len(entry) == 2:
+                add(entry[0], entry[1], f"[{entry[0]}, {entry[1]}]")
+            else:
+                raise ConfigError(
+                    f"{key}: entry {entry!r} is neither a reward name nor a [name, weight] pair "
+                    f"(e.g. '+{key}=[mypkg.rewards:f, [int_match, 0.5]]')"
+                )
+    else:
+        raise ConfigError(
+            f"{key}={value!r}: give a dict of name -> weight ('+{key}={{int_match: 1.0, mypkg.rewards\\:f: 0.5}}') "
+            f"or a list of names and [name, weight] pairs ('+{key}=[mypkg.rewards:f, [int_match, 0.5]]')"
+        )
+    if not out:
+        raise ConfigError(f"{key}: at least one reward function is required")
+    return out
+
+
+def reward_label(spec: str | RewardFunc, fn: Callable[..., Any]) -> str:
+    """``module:function`` of a reward (with its registered name first when it has one)."""
+    target = f"{getattr(fn, '__module__', None) or '?'}:{getattr(fn, '__qualname__', None) or type(fn).__qualname__}"
+    if isinstance(spec, str) and spec != target:
+        return f"{spec} ({target})"
+    return target
+
+
+@dataclass(frozen=True)
+class BoundReward:
+    """A reward function with the way it is called, decided once from its signature."""
+
+    name: str
+    fn: Callable[..., Any]
+    form: str
+    #: the keywords a TRL-form function accepts (None: any, it takes ``**kwargs``)
+    accepts: frozenset[str] | None = None
+
+    def __call__(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[str],
+        answers: Sequence[str],
+        columns: Mapping[str, Sequence[Any]],
+    ) -> Any:
+        if self.form == POSITIONAL:
+            return self.fn(prompts, completions, answers)
+        kwargs: dict[str, Any] = {
+            "prompts": list(prompts),
+            "completions": [
+                [{"role": "assistant", "content": c}] if isinstance(p, list) else c
+                for p, c in zip(prompts, completions, strict=True)
+            ],
+            **{k: list(v) for k, v in columns.items() if k not in ("prompts", "completions")},
+        }
+        if self.accepts is not None:
+            kwargs = {k: v for k, v in kwargs.items() if k in self.accepts}
+        return self.fn(**kwargs)
+
+
+def bind_reward(spec: str | RewardFunc, columns: Sequence[str] = ("answer",)) -> BoundReward:
+    """Resolve ``spec`` (:func:`get_reward`) and decide from its signature how it is called, given
+    the data's ``columns`` (besides the prompt).
+
+    * the positional form ``f(prompts, completions, answers)`` when its third parameter is named
+      ``answers`` (the built-in rewards' signature), or it takes ``*args`` without naming
+      ``completions``;
+    * otherwise TRL's form when the call ``f(prompts=..., completions=..., <column>=...)`` binds:
+      every parameter without a default is ``prompts``, ``completions`` or a column, and
+      ``completions`` is taken by name or through ``**kwargs`` (a function without ``**kwargs``
+      gets only the keywords it names);
+    * otherwise, for a function that does not name ``completions``, the positional form when three
+      positional arguments bind (``f(p, c, a)``);
+    * otherwise :class:`~grpo_marl.errors.ConfigError` naming the function, its signature, what it
+      requires that is not offered, and the accepted forms. A function that names ``completions``
+      and requires a parameter that is not a column (``f(prompts, completions, solution)`` on data
+      without ``solution``) is refused rather than guessed positional.
+
+    A callable without an introspectable signature is called positionally.
+    """
+    fn = get_reward(spec)
+    name = spec if isinstance(spec, str) else reward_label(spec, fn)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return BoundReward(name, fn, POSITIONAL)
+    params = list(sig.parameters.values())
+    kinds = inspect.Parameter
+    var_kw = any(p.kind is kinds.VAR_KEYWORD for p in params)
+    var_pos = any(p.kind is kinds.VAR_POSITIONAL for p in params)
+    named = {p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)}
+    offered = {"prompts", "completions", *columns}
+    required = [p for p in params if p.default is p.empty and p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)]
+    missing = [p.name for p in required if p.kind is kinds.POSITIONAL_ONLY or p.name not in offered]
+    keyword_ok = not missing and ("completions" in named or (var_kw and not var_pos))
+    try:
+        sig.bind(None, None, None)
+        positional_ok = True
+    except TypeError:
+        positional_ok = False
+    leading = [p for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+    answers_third = len(leading) >= 3 and leading[2].name == "answers"
+    speaks_trl = "completions" in named
+    if positional_ok and (answers_third or (var_pos and not speaks_trl)):
+        return BoundReward(name, fn, POSITIONAL)
+    if keyword_ok:
+        return BoundReward(name, fn, TRL, None if var_kw else frozenset(named))
+    if positional_ok and not speaks_trl:
+        return BoundReward(name, fn, POSITIONAL)
+    cols = ", ".join(columns) or "none"
+    why = (
+        f"it requires {', '.join(repr(m) for m in missing)}, which "
+        f"{'is' if len(missing) == 1 else 'are'} not a column of the data (columns: {cols})"
+        if missing
+        else "it takes neither three positional arguments nor completions= by keyword"
+    )
+    if "completion_ids" in missing:
+        why += "; completion token ids are not passed to reward functions"
+    hint = "; a reward called positionally names its third parameter answers" if positional_ok else ""
+    shown = sig.replace(
+        parameters=[q.replace(annotation=q.empty) for q in params], return_annotation=inspect.Signature.empty
+    )
+    raise ConfigError(
+        f"reward {reward_label(spec, fn)}{shown} cannot be called: {why}. A reward function takes {ACCEPTED_FORMS}{hint}"
+    )
+
+
+def reward_values(vals: object) -> tuple[Any, Any]:
+    """A reward function's result as ``(values, applies)``: float64 values with ``None`` (TRL's
+    "does not apply to this completion") read as 0.0, and a bool mask that is False where it was
+    ``None``. Sizes and finiteness are the caller's to check."""
+    import numpy as np
+
+    if isinstance(vals, np.ndarray) and vals.dtype != object:
+        arr = np.asarray(vals, dtype=np.float64).reshape(-1)
+        return arr, np.ones(arr.shape, dtype=bool)
+    items = list(vals)  # type: ignore[call-overload]
+    applies = np.array([v is not None for v in items], dtype=bool)
+    arr = np.array([0.0 if v is None else v for v in items], dtype=np.float64).reshape(-1)
+    if len(arr) != len(applies):  # an entry that is itself a list
+        applies = np.ones(arr.shape, dtype=bool)
+    return arr, applies
 
 
 # ----------------------------------------------------------------------------- parsing helpers

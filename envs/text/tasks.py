@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from envs.text.rewards import RewardFunc, get_reward
+from envs.text.rewards import TRL, BoundReward, bind_reward, reward_values, reward_weights
 from grpo_marl.errors import ConfigError, DatasetError, RewardFunctionError
 
 #: A prompt: plain text, or chat messages ``[{"role": ..., "content": ...}, ...]``.
 Prompt = Any
+#: The weighted set of rewards a task takes: ``{name: weight}``, or a list of names (weight 1) and
+#: ``[name, weight]`` pairs (see :func:`envs.text.rewards.reward_weights`).
+RewardWeights = Mapping[str, float] | Sequence[Any]
 
 #: Tokens beyond the longest answer (and its EOS) in the default completion budget of a task
 #: whose budget follows the tokenizer (``text_jsonl``) when the model is pretrained: room for the
@@ -61,6 +64,24 @@ def answer_token_budget(answers: Sequence[str], tokenizer: Any, *, pretrained: b
     return budget
 
 
+class RowAnswer(str):
+    """A reference answer that carries its data row's other columns (every key of a JSONL row
+    besides the prompt, JSON values as they are in the file), for rewards in TRL's keyword form.
+
+    It is the answer string everywhere else, so it travels wherever answers go (a batch's answers
+    are this task's own objects) and :meth:`TextTask.score` reads the columns back from them."""
+
+    columns: Mapping[str, Any]
+
+    def __new__(cls, text: str, columns: Mapping[str, Any]) -> RowAnswer:
+        obj = super().__new__(cls, text)
+        obj.columns = dict(columns)
+        return obj
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RowAnswer, (str(self), self.columns))
+
+
 def prompt_text(prompt: Prompt) -> str:
     """A plain-text form of a prompt (chat messages joined as ``role: content`` lines)."""
     if isinstance(prompt, str):
@@ -94,9 +115,12 @@ class PromptSet:
 class TextTask:
     """A prompt dataset with its scoring.
 
-    ``rewards`` maps a reward name (a registry name or ``module:function``) to its weight; the
-    total reward is the weighted sum. ``accuracy`` names the 0/1 reward reported as
-    ``eval/accuracy``. ``max_new_tokens`` is the completion-length hint; with
+    ``rewards`` maps a reward name (a registry name or ``module:function``) to its weight (or lists
+    names and ``[name, weight]`` pairs, :func:`~envs.text.rewards.reward_weights`); the total
+    reward is the weighted sum, a ``None`` from a function adding nothing (TRL's ``nansum``).
+    ``accuracy`` names the 0/1 reward reported as ``eval/accuracy``. Each function's signature is
+    checked here, against the data's :attr:`columns` (:func:`~envs.text.rewards.bind_reward`).
+    ``answer_column`` is the column the answers are (``answer``; a JSONL task's ``answer_key``). ``max_new_tokens`` is the completion-length hint; with
     ``budget_from_tokenizer`` it is only the character-count fallback, and the trainer asks
     :meth:`completion_budget` once the model's tokenizer is known.
     """
@@ -104,20 +128,37 @@ class TextTask:
     name: str
     train: PromptSet
     eval: PromptSet
-    rewards: dict[str, float]
+    rewards: dict[str, float]  # a mapping or a list of names / [name, weight] pairs is normalized to this
     accuracy: str
     alphabet: str
     max_new_tokens: int
     budget_from_tokenizer: bool = False
-    _fns: dict[str, RewardFunc] = field(default_factory=dict, repr=False)
+    answer_column: str = "answer"
+    _fns: dict[str, BoundReward] = field(default_factory=dict, repr=False)
+    _column_names: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         if not self.rewards:
             raise ValueError(f"task {self.name!r}: at least one reward function is required")
+        self.rewards = reward_weights(self.rewards)
         if len(self.train) == 0 or len(self.eval) == 0:
             raise ValueError(f"task {self.name!r}: train and eval splits must be non-empty")
-        names = set(self.rewards) | {self.accuracy}
-        self._fns = {n: get_reward(n) for n in names}
+        names: dict[str, None] = {}
+        for a in self.train.answers + self.eval.answers:
+            names.update(dict.fromkeys(getattr(a, "columns", None) or (self.answer_column,)))
+        self._column_names = tuple(sorted(names, key=lambda k: (k != self.answer_column, k)))
+        self._fns = {n: bind_reward(n, self._column_names) for n in dict.fromkeys([*self.rewards, str(self.accuracy)])}
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The data's columns besides the prompt, which TRL-form rewards get as keyword lists: a
+        JSONL file's other keys (the answer's first, then by name), else ``(answer_column,)``."""
+        return self._column_names
+
+    def _columns(self, answers: Sequence[str], names: Sequence[str]) -> dict[str, list[Any]]:
+        """Each column as a list over a batch (None where a row lacks the key)."""
+        rows = [getattr(a, "columns", None) or {self.answer_column: str(a)} for a in answers]
+        return {k: [r.get(k) for r in rows] for k in names}
 
     def completion_budget(self, tokenizer: Any, *, pretrained: bool, room: int | None = None) -> int:
         """The completion budget (tokens) for this tokenizer: ``max_new_tokens``, or with
@@ -137,10 +178,16 @@ class TextTask:
     def score(
         self, prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str]
     ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
-        """Score a batch: ``(total[B], per_function{name: [B]}, accuracy[B])`` as float64 arrays."""
+        """Score a batch: ``(total[B], per_function{name: [B]}, accuracy[B])`` as float64 arrays.
+
+        A ``None`` from a function (it does not apply to that completion) is 0 in its values: it
+        adds nothing to the total, as TRL's ``nansum`` over functions, counts as 0 in the
+        function's logged mean and, from the accuracy function, as not correct."""
+        keyword = any(f.form == TRL for f in self._fns.values())
+        columns = self._columns(answers, self.columns) if keyword else {}
         per: dict[str, np.ndarray] = {}
         for n in self._fns:
-            per[n] = self._call_reward(n, prompts, completions, answers)
+            per[n] = self._call_reward(n, prompts, completions, answers, columns)
         total = np.zeros(len(completions), dtype=np.float64)
         for n, w in self.rewards.items():
             total += w * per[n]
@@ -148,16 +195,20 @@ class TextTask:
         return total, {n: per[n] for n in self.rewards}, acc
 
     def _call_reward(
-        self, name: str, prompts: Sequence[Prompt], completions: Sequence[str], answers: Sequence[str]
+        self,
+        name: str,
+        prompts: Sequence[Prompt],
+        completions: Sequence[str],
+        answers: Sequence[str],
+        columns: Mapping[str, Sequence[Any]],
     ) -> np.ndarray:
-        """One reward function's values; a raise, a wrong length or a non-finite value stops the
-        run with the function's name and the completion it failed on."""
+        """One reward function's values (``None`` read as 0); a raise, a wrong length or a
+        non-finite value stops the run with the function's name and the completion it failed on."""
         fn = self._fns[name]
         try:
-            vals = fn(prompts, completions, answers)
-            arr = np.asarray(vals, dtype=np.float64).reshape(-1)
+            arr, applies = reward_values(fn(prompts, completions, answers, columns))
         except Exception as exc:  # any error of user code is reported by name
-            bad = _first_failing(fn, prompts, completions, answers)
+            bad = _first_failing(fn, prompts, completions, answers, columns)
             where = f" on completion {completions[bad]!r} (answer {answers[bad]!r})" if bad is not None else ""
             raise RewardFunctionError(
                 f"reward function {name!r} of task {self.name!r} raised {type(exc).__name__}: {exc}{where}"
@@ -167,23 +218,28 @@ class TextTask:
                 f"reward function {name!r} of task {self.name!r} returned {len(arr)} values for "
                 f"{len(completions)} completions (it must return one float per completion)"
             )
-        finite = np.isfinite(arr)
+        finite = np.isfinite(arr) | ~applies
         if not finite.all():
             i = int(np.flatnonzero(~finite)[0])
             raise RewardFunctionError(
                 f"reward function {name!r} of task {self.name!r} returned {arr[i]} for completion "
-                f"{completions[i]!r} (answer {answers[i]!r}); rewards must be finite numbers"
+                f"{completions[i]!r} (answer {answers[i]!r}); rewards must be finite numbers (or None where "
+                "the function does not apply)"
             )
         return arr
 
 
 def _first_failing(
-    fn: RewardFunc, prompts: Sequence[Prompt], completions: Sequence[str], answers: Sequence[str]
+    fn: BoundReward,
+    prompts: Sequence[Prompt],
+    completions: Sequence[str],
+    answers: Sequence[str],
+    columns: Mapping[str, Sequence[Any]],
 ) -> int | None:
     """Index of the first completion the reward raises on alone (None if none does)."""
     for i in range(len(completions)):
         try:
-            fn([prompts[i]], [completions[i]], [answers[i]])
+            reward_values(fn([prompts[i]], [completions[i]], [answers[i]], {k: [v[i]] for k, v in columns.items()}))
         except Exception:  # noqa: BLE001 - probing which completion the user's reward fails on
             return i
     return None
@@ -216,7 +272,7 @@ def arithmetic_task(
     max_problems: int = 10_000,
     eval_frac: float | None = None,
     split_seed: int = 0,
-    rewards: dict[str, float] | None = None,
+    rewards: RewardWeights | None = None,
     operands: Sequence[int] | None = None,
 ) -> TextTask:
     """``a+b=`` -> ``c`` over all operand pairs with ``digits`` digits (0..10**digits-1).
@@ -268,7 +324,7 @@ def arith_chat_task(
     split_seed: int = 0,
     instruction: str = ARITH_CHAT_INSTRUCTION,
     format_weight: float = 0.0,
-    rewards: dict[str, float] | None = None,
+    rewards: RewardWeights | None = None,
     max_new_tokens: int = 12,
 ) -> TextTask:
     """Two-number addition as a chat turn, for pretrained instruct models: the user message
@@ -327,7 +383,7 @@ def quadratic_task(
     high: int = 9,
     eval_frac: float = 0.2,
     split_seed: int = 0,
-    rewards: dict[str, float] | None = None,
+    rewards: RewardWeights | None = None,
 ) -> TextTask:
     """``Solve x^2 + 4x + 3 = 0`` -> ``x = -1, -3``: every monic quadratic with integer roots in
     ``[low, high]``; partial credit per root plus a format reward (the seed guide's example)."""
@@ -360,7 +416,7 @@ def quadratic_chat_task(
     split_seed: int = 0,
     instruction: str = QUADRATIC_CHAT_INSTRUCTION,
     examples: Sequence[Sequence[int]] = ((3, 2),),
-    rewards: dict[str, float] | None = None,
+    rewards: RewardWeights | None = None,
     max_new_tokens: int = 16,
 ) -> TextTask:
     """:func:`quadratic_task`'s equations and held-out split (the same 38 held-out equations at
@@ -410,8 +466,9 @@ def quadratic_chat_task(
 
 
 def _read_jsonl(path: Path, prompt_key: str, answer_key: str) -> tuple[list[Prompt], list[str], list[str]]:
-    """Rows of a JSONL file and each row's ``file:line``; a bad line is reported as
-    ``file:line`` with what is wrong."""
+    """Prompts, answers and each row's ``file:line`` of a JSONL file; a bad line is reported as
+    ``file:line`` with what is wrong. Each answer is a :class:`RowAnswer` holding the row's keys
+    besides the prompt (the answer's own value unconverted), for TRL-form rewards."""
     if not path.is_file():
         raise DatasetError(f"{path}: no such file (env_kwargs.path / env_kwargs.eval_path)")
     prompts: list[Prompt] = []
@@ -454,7 +511,7 @@ def _read_jsonl(path: Path, prompt_key: str, answer_key: str) -> tuple[list[Prom
         elif not isinstance(prompt, str):
             raise DatasetError(f"{path}:{lineno}: {prompt_key!r} must be a string or a list of chat messages")
         prompts.append(prompt)
-        answers.append(str(row[answer_key]))
+        answers.append(RowAnswer(str(row[answer_key]), {k: v for k, v in row.items() if k != prompt_key}))
         where.append(f"{path}:{lineno}")
     if not prompts:
         raise DatasetError(f"{path}: no rows")
@@ -468,13 +525,14 @@ def jsonl_task(
     split_seed: int = 0,
     prompt_key: str = "prompt",
     answer_key: str = "answer",
-    rewards: dict[str, float] | None = None,
+    rewards: RewardWeights | None = None,
     accuracy: str = "exact_match",
     alphabet: str | None = None,
     max_new_tokens: int | None = None,
 ) -> TextTask:
     """Prompt/answer pairs from a local JSONL file, scored by reward functions chosen by name or
-    ``module:function``. ``eval_path`` gives an explicit held-out file; otherwise ``eval_frac`` of
+    ``module:function`` (positional, or TRL's form with the rows' other keys as keyword lists:
+    :mod:`envs.text.rewards`). ``eval_path`` gives an explicit held-out file; otherwise ``eval_frac`` of
     the rows are held out. Each row's prompt is a string or a list of chat messages.
 
     ``max_new_tokens=None`` (the default) sizes the completion budget to the answers under the
@@ -509,6 +567,7 @@ def jsonl_task(
         alphabet=alphabet,
         max_new_tokens=int(max_new_tokens),
         budget_from_tokenizer=from_tokenizer,
+        answer_column=answer_key,
     )
 
 
