@@ -19,7 +19,7 @@ from torch import Tensor
 
 from grpo_marl.batch import Batch
 from grpo_marl.errors import NonFiniteError
-from grpo_marl.policies.mlp import ActorPolicy
+from grpo_marl.policies.base import Policy
 from grpo_marl.vec.base import Step, VecEnv
 
 
@@ -56,7 +56,7 @@ class HostToDevice:
 class Storage:
     """``[T, E, A, ...]`` buffers: policy outputs on the device, env outputs on the host."""
 
-    def __init__(self, horizon: int, vec: VecEnv, policy: ActorPolicy, device: torch.device, extra: Sequence[str] = ()):
+    def __init__(self, horizon: int, vec: VecEnv, policy: Policy, device: torch.device, extra: Sequence[str] = ()):
         lay = vec.layout
         t, e, a = horizon, vec.num_envs, lay.num_agents
         obs_dtype = torch.uint8 if lay.obs_dtype == np.uint8 else torch.float32
@@ -104,7 +104,7 @@ class Collector:
         self.to_device = HostToDevice(self.device)
         self.has_mask = vec.layout.has_action_mask
 
-    def collect(self, policy: ActorPolicy) -> Batch:
+    def collect(self, policy: Policy) -> Batch:
         raise NotImplementedError
 
     def update_steps(self) -> tuple[int, str, bool] | None:
@@ -143,7 +143,7 @@ class Collector:
             f"(vector index {index}, reset seed {seed if seed >= 0 else 'none'}); check the env's dynamics"
         )
 
-    def act(self, policy: ActorPolicy, step: Step) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    def act(self, policy: Policy, step: Step) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """Device observation (and mask) of ``step`` and the policy's actions/log-probs on it."""
         obs_t = self.to_device(step.obs)
         mask_t = None
@@ -169,9 +169,7 @@ class Collector:
         self.env_seeds = np.asarray(state["env_seeds"], dtype=np.int64).copy()
 
 
-def rollout_storage_bytes(
-    collector: Collector, policy: ActorPolicy, minibatch_rows: int | None = None
-) -> dict[str, int]:
+def rollout_storage_bytes(collector: Collector, policy: Policy, minibatch_rows: int | None = None) -> dict[str, int]:
     """Estimated bytes of one collection's arrays (what grows with envs x horizon x obs size).
 
     ``storage``: the ``[T, E, A, ...]`` buffers (observations in their own dtype, actions,

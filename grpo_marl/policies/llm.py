@@ -375,7 +375,7 @@ class LLMPolicy(nn.Module):
         get_base = getattr(self.model, "get_base_model", None)
         return get_base() if callable(get_base) else self.model
 
-    def reference(self) -> nn.Module:
+    def reference(self) -> LLMPolicy | AdapterDisabledReference:
         """The reference policy for the KL term.
 
         Full fine-tuning: a frozen deep copy. LoRA: a parameter-free view that scores with the
