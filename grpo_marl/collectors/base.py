@@ -76,11 +76,10 @@ class Storage:
     def grow(self) -> None:
         """Double the time axis (envs without an episode limit; rare, so a copy is fine)."""
         for name, value in vars(self).items():
-            if isinstance(value, (np.ndarray, Tensor)):
-                pad = value[:0].new_zeros(value.shape) if isinstance(value, Tensor) else np.zeros_like(value)
-                setattr(
-                    self, name, torch.cat([value, pad]) if isinstance(value, Tensor) else np.concatenate([value, pad])
-                )
+            if isinstance(value, Tensor):
+                setattr(self, name, torch.cat([value, value.new_zeros(value.shape)]))
+            elif isinstance(value, np.ndarray):
+                setattr(self, name, np.concatenate([value, np.zeros_like(value)]))
         self.extra = {k: np.concatenate([v, np.zeros_like(v)]) for k, v in self.extra.items()}
 
 

@@ -276,7 +276,7 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
         if self.prompt_sampling == "hard" and n < len(self.train_set):
             w = 1.0 - self._prompt_acc + self.hard_floor
             return self.rng.choice(len(w), size=n, replace=False, p=w / w.sum()).astype(np.int64)
-        out = []
+        out: list[int] = []
         while len(out) < n:
             if self._pos >= len(self._order):
                 self._order = self.rng.permutation(len(self.train_set))
@@ -375,7 +375,7 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
             return
         # One completion from each of the first n groups: different prompts, not n copies of one.
         rows = [g * self.group_size for g in range(min(n, len(prompts) // self.group_size))]
-        records = [
+        records: list[dict[str, Any]] = [
             {
                 "step": self.completions,
                 "update": self.updates,
