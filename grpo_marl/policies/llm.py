@@ -165,7 +165,7 @@ class _SelectiveLogSoftmax(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any, hidden: Tensor, weight: Tensor, targets: Tensor, never: Tensor, inv_t: float, chunk: int
     ) -> tuple[Tensor, Tensor]:
         n = hidden.shape[0]
@@ -185,7 +185,7 @@ class _SelectiveLogSoftmax(torch.autograd.Function):
         return logp, ent
 
     @staticmethod
-    def backward(ctx: Any, g_logp: Tensor | None, g_ent: Tensor | None) -> tuple[Any, ...]:  # type: ignore[override]
+    def backward(ctx: Any, g_logp: Tensor | None, g_ent: Tensor | None) -> tuple[Any, ...]:
         hidden, weight, targets, never, lse, ent = ctx.saved_tensors
         inv_t, chunk = ctx.inv_t, ctx.chunk
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
