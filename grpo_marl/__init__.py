@@ -1,5 +1,9 @@
 """grpo_marl: critic-free, group-relative RL (GRPO) for Gymnasium, PettingZoo and text envs."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from grpo_marl.advantages import (
     discounted_returns,
     gae,
@@ -10,8 +14,13 @@ from grpo_marl.advantages import (
 )
 from grpo_marl.registry import EnvSpec, UnknownEnvError, get_spec, list_envs, make_env, register_env
 
+if TYPE_CHECKING:
+    from pathlib import Path
 
-def fit(env: str = "cartpole", **kwargs):  # noqa: ANN201 - see grpo_marl.api.fit
+    from grpo_marl.api import FitResult, TrainedPolicy
+
+
+def fit(env: str = "cartpole", **kwargs: Any) -> FitResult:
     """Train ``env`` from Python (see :func:`grpo_marl.api.fit`); imported lazily to keep
     ``import grpo_marl`` cheap."""
     from grpo_marl.api import fit as _fit
@@ -19,7 +28,7 @@ def fit(env: str = "cartpole", **kwargs):  # noqa: ANN201 - see grpo_marl.api.fi
     return _fit(env, **kwargs)
 
 
-def load(run_dir, device: str = "cpu"):  # noqa: ANN001, ANN201 - see grpo_marl.api.load
+def load(run_dir: str | Path, device: str = "cpu") -> TrainedPolicy:
     """The trained policy of a run directory (see :func:`grpo_marl.api.load`)."""
     from grpo_marl.api import load as _load
 

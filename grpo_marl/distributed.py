@@ -32,13 +32,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
 from grpo_marl.config import register_validator
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
 
 #: Environment variable: a directory where every rank writes ``rank<r>.json`` with a hash of its
 #: trained parameters at the end of a run (tests use it to check that ranks stayed identical).
@@ -217,7 +220,7 @@ class DataParallel:
         self.ctx = ctx
         self.loss_fn = loss_fn
         self.module = _LossModule(modules, loss_fn)
-        self.ddp: nn.Module | None = None
+        self.ddp: DistributedDataParallel | None = None
         if ctx.enabled:
             import inspect
 
@@ -226,17 +229,21 @@ class DataParallel:
             # Buffers (observation statistics) are averaged after each update instead
             # (sync_buffers): broadcasting rank 0's at every forward would change the normaliser
             # under rank r's stored behaviour log-probs mid-update. (torch >= 2.13 renamed the flag.)
-            no_fwd_sync = (
-                {"forward_sync_buffers": False}
-                if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
-                else {"broadcast_buffers": False}
-            )
-            self.ddp = DDP(
-                self.module,
-                device_ids=[device.index] if device.type == "cuda" else None,
-                find_unused_parameters=find_unused_parameters,
-                **no_fwd_sync,
-            )
+            device_ids = [device.index] if device.type == "cuda" else None
+            if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters:
+                self.ddp = DDP(
+                    self.module,
+                    device_ids=device_ids,
+                    find_unused_parameters=find_unused_parameters,
+                    forward_sync_buffers=False,
+                )
+            else:
+                self.ddp = DDP(
+                    self.module,
+                    device_ids=device_ids,
+                    find_unused_parameters=find_unused_parameters,
+                    broadcast_buffers=False,
+                )
 
     def loss(self, mb: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
         if self.ddp is not None:

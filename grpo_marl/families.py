@@ -110,7 +110,7 @@ class EnvFamily:
     def task_class(self, spec: EnvSpec) -> type[Task]:
         module, _, cls = self.task.partition(":")
         try:
-            return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+            return getattr(importlib.import_module(module), cls)
         except ModuleNotFoundError as exc:
             extra = next((e for m, e in self.extras if m == exc.name), None)
             if extra is None:

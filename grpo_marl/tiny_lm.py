@@ -137,7 +137,7 @@ def build_tiny_lm(cfg: TinyLMConfig, *, seed: int = 0) -> tuple[Any, Any]:
                 max_position_embeddings=cfg.max_positions,
                 **{**common, **cfg.extra},
             )
-            model = Qwen2ForCausalLM(config)  # type: ignore[arg-type]  # a Qwen2Config, built just above
+            model = Qwen2ForCausalLM(config)
         else:
             raise ValueError(f"tiny_lm: unknown arch {cfg.arch!r}; use 'gpt2' or 'qwen2'")
     model.generation_config.pad_token_id = tok.pad_token_id

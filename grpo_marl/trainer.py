@@ -253,6 +253,7 @@ class Trainer:
             if error is not None:
                 raise error
             raise RemoteRankError(f"stopping because another rank failed: {message}")
+        assert batch is not None  # no rank failed, so this rank's collect() returned
         return batch
 
     def _optimize(self, data: dict[str, torch.Tensor] | None) -> dict[str, float]:

@@ -9,7 +9,7 @@ the env's global state, and which config keys torchrun divides across ranks. ``m
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic
 
 import torch
 from omegaconf import DictConfig
@@ -18,18 +18,19 @@ from torch import Tensor, nn
 from grpo_marl.batch import Batch, minibatch_indices
 from grpo_marl.errors import ConfigError
 from grpo_marl.registry import Registry
-from grpo_marl.tasks.base import Task
+from grpo_marl.tasks.base import P, R, Task
 
 
-class Algorithm:
-    """Base of every algorithm (no-op hooks where an algorithm has nothing to do)."""
+class Algorithm(Generic[P, R]):
+    """Base of every algorithm (no-op hooks where an algorithm has nothing to do); generic in
+    its Task's policy and reference classes (see :class:`grpo_marl.tasks.base.Task`)."""
 
     #: collector the Task builds for it (``episodes`` or ``steps``, see grpo_marl.collectors)
     collector: ClassVar[str] = "episodes"
     #: config keys that hold *global* batch sizes, divided by the torchrun world size
     split_keys: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, cfg: DictConfig, task: Task, device: torch.device) -> None:
+    def __init__(self, cfg: DictConfig, task: Task[P, R], device: torch.device) -> None:
         self.cfg = cfg
         self.task = task
         self.device = device

@@ -17,18 +17,18 @@ from grpo_marl.advantages import outcome_advantages, return_to_go_advantages, ze
 from grpo_marl.algos import Algorithm, register_algo
 from grpo_marl.batch import Batch
 from grpo_marl.losses import make_loss, token_weights
-from grpo_marl.tasks.base import Task
+from grpo_marl.tasks.base import P, R, Task
 
 
 @register_algo("grpo")
-class GRPO(Algorithm):
+class GRPO(Algorithm[P, R]):
     """Group-relative advantages (docs/ARCHITECTURE.md, "The algorithm"). ``cfg`` is the ``algo``
-    config section."""
+    config section; any Task's policy classes."""
 
     collector: ClassVar[str] = "episodes"
     split_keys: ClassVar[tuple[str, ...]] = ("algo.num_groups", "vec.num_envs")
 
-    def __init__(self, cfg: DictConfig, task: Task, device: torch.device) -> None:
+    def __init__(self, cfg: DictConfig, task: Task[P, R], device: torch.device) -> None:
         super().__init__(cfg, task, device)
         self.loss_fn = make_loss(
             str(cfg.loss),
@@ -41,7 +41,7 @@ class GRPO(Algorithm):
         # minibatching flattens the [B, T] rows otherwise.
         needs_sequences = getattr(self.loss_fn, "layout", "step") == "sequence"
         self.layout = "sequence" if (needs_sequences or task.minibatch_by == "sequence") else "step"
-        self.ref_policy: nn.Module | None = task.reference_policy() if float(cfg.beta) > 0 else None
+        self.ref_policy: P | R | None = task.reference_policy() if float(cfg.beta) > 0 else None
 
     def reference(self) -> nn.Module | None:
         return self.ref_policy
@@ -134,12 +134,12 @@ class GRPO(Algorithm):
                 data[k] = batch[k]
         if self.ref_policy is not None:
             with torch.no_grad():
-                data["ref_logp"] = self._ref_logp(data)
+                data["ref_logp"] = self._ref_logp(self.ref_policy, data)
         metrics["train/advantage_abs_mean"] = float((adv.abs() * batch.mask).sum() / batch.mask.sum())
         return data, metrics
 
-    def _ref_logp(self, data: dict[str, Tensor]) -> Tensor:
-        out, _ = self.task.log_prob(self.ref_policy, data, need_entropy=False)
+    def _ref_logp(self, ref: P | R, data: dict[str, Tensor]) -> Tensor:
+        out, _ = self.task.log_prob(ref, data, need_entropy=False)
         return out.detach()
 
     # -- loss ------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ steps: -16.1 time-aware vs -20.7 bootstrapped, lr 7e-4).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -37,8 +37,10 @@ from grpo_marl.batch import Batch
 from grpo_marl.config import register_validator
 from grpo_marl.families import family_of
 from grpo_marl.losses import make_loss
-from grpo_marl.policies.mlp import Critic
-from grpo_marl.tasks.base import Task
+from grpo_marl.policies.mlp import ActorPolicy, Critic
+
+if TYPE_CHECKING:
+    from grpo_marl.tasks.control import ControlTask
 
 
 class ValueNorm(nn.Module):
@@ -121,25 +123,27 @@ class RunningReturnScale:
 
 
 @register_algo("ppo")
-class PPO(Algorithm):
+class PPO(Algorithm[ActorPolicy, ActorPolicy]):
     """Clipped PPO with a learned critic (options in the module docstring)."""
 
     collector: ClassVar[str] = "steps"
     split_keys: ClassVar[tuple[str, ...]] = ("algo.n_envs", "vec.num_envs")
+    #: PPO trains control envs: its critic reads the actor's preprocessing and the vector env's layout
+    task: ControlTask
 
     @classmethod
     def needs_state(cls, cfg: DictConfig) -> bool:
         return bool(cfg.algo.get("critic_state", False))
 
-    def __init__(self, cfg: DictConfig, task: Task, device: torch.device) -> None:
+    def __init__(self, cfg: DictConfig, task: ControlTask, device: torch.device) -> None:
         super().__init__(cfg, task, device)
         policy = task.policy
-        run = task.cfg  # type: ignore[attr-defined]
+        run = task.cfg
         hidden = tuple(cfg.value_hidden) if cfg.get("value_hidden") else tuple(run.policy.hidden)
         self.use_state = bool(cfg.get("critic_state", False))
         self.critic = Critic(
-            policy,  # type: ignore[arg-type]
-            state_dim=task.vec.layout.state_dim if self.use_state else 0,  # type: ignore[attr-defined]
+            policy,
+            state_dim=task.vec.layout.state_dim if self.use_state else 0,
             hidden=hidden,
             activation=str(run.policy.activation),
             time_input=bool(cfg.get("critic_time", False)),
@@ -153,7 +157,7 @@ class PPO(Algorithm):
             vf_coef=float(cfg.vf_coef),
             entropy_coef=float(cfg.entropy_coef),
         )
-        rows = task.vec.num_envs * task.vec.layout.num_agents  # type: ignore[attr-defined]
+        rows = task.vec.num_envs * task.vec.layout.num_agents
         self.reward_scale = RunningReturnScale(rows, float(cfg.gamma)) if cfg.get("normalize_reward") else None
         self.clip_now = float(cfg.clip_eps)
 
@@ -166,14 +170,14 @@ class PPO(Algorithm):
 
     def values(self, obs: Tensor, agent: Tensor, state: Tensor | None, time: Tensor | None) -> Tensor:
         """Critic values of flat rows in return units (value normalisation undone)."""
-        raw = self.critic(self.task.policy, obs, agent, state, time)  # type: ignore[arg-type]
+        raw = self.critic(self.task.policy, obs, agent, state, time)
         return self.value_norm.denormalize(raw) if self.value_norm is not None else raw
 
     def clip_range(self) -> float:
         """Current ratio clip: constant, or linear to 0 over ``total_steps`` (rl-zoo ``lin_``)."""
         eps = float(self.cfg.clip_eps)
         if self.cfg.get("clip_schedule", "constant") == "linear":
-            total = max(int(self.task.cfg.total_steps), 1)  # type: ignore[attr-defined]
+            total = max(int(self.task.cfg.total_steps), 1)
             eps *= max(1.0 - min(1.0, self.task.env_steps / total), 0.0)
         return max(eps, 1e-8)
 
@@ -238,7 +242,7 @@ class PPO(Algorithm):
         if self.cfg.get("normalize_advantage", True) and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         logp, entropy = self.task.log_prob(self.task.policy, mb, need_entropy=True)
-        values = self.critic(self.task.policy, mb["obs"], mb["agent"], mb.get("state"), mb["time"])  # type: ignore[arg-type]
+        values = self.critic(self.task.policy, mb["obs"], mb["agent"], mb.get("state"), mb["time"])
         returns = mb["returns"]
         if self.value_norm is not None:
             returns = self.value_norm.normalize(returns)

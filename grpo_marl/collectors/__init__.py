@@ -17,11 +17,12 @@ from omegaconf import DictConfig
 
 from grpo_marl.collectors.base import Collector, HostToDevice
 from grpo_marl.collectors.episodes import EpisodeCollector
-from grpo_marl.collectors.evaluate import ActingPolicy, evaluate_policy
+from grpo_marl.collectors.evaluate import evaluate_policy
 from grpo_marl.collectors.steps import StepCollector
 from grpo_marl.collectors.stream import StreamingCollector
 from grpo_marl.errors import UserInputError
 from grpo_marl.groups import AgentGroups
+from grpo_marl.policies.base import ActingPolicy
 from grpo_marl.vec.base import VecEnv
 
 COLLECTORS = ("episodes", "steps")

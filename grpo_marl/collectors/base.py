@@ -19,7 +19,7 @@ from torch import Tensor
 
 from grpo_marl.batch import Batch
 from grpo_marl.errors import NonFiniteError
-from grpo_marl.policies.mlp import ActorPolicy
+from grpo_marl.policies.base import Policy
 from grpo_marl.vec.base import Step, VecEnv
 
 
@@ -56,7 +56,7 @@ class HostToDevice:
 class Storage:
     """``[T, E, A, ...]`` buffers: policy outputs on the device, env outputs on the host."""
 
-    def __init__(self, horizon: int, vec: VecEnv, policy: ActorPolicy, device: torch.device, extra: Sequence[str] = ()):
+    def __init__(self, horizon: int, vec: VecEnv, policy: Policy, device: torch.device, extra: Sequence[str] = ()):
         lay = vec.layout
         t, e, a = horizon, vec.num_envs, lay.num_agents
         obs_dtype = torch.uint8 if lay.obs_dtype == np.uint8 else torch.float32
@@ -76,11 +76,10 @@ class Storage:
     def grow(self) -> None:
         """Double the time axis (envs without an episode limit; rare, so a copy is fine)."""
         for name, value in vars(self).items():
-            if isinstance(value, (np.ndarray, Tensor)):
-                pad = value[:0].new_zeros(value.shape) if isinstance(value, Tensor) else np.zeros_like(value)
-                setattr(
-                    self, name, torch.cat([value, pad]) if isinstance(value, Tensor) else np.concatenate([value, pad])
-                )
+            if isinstance(value, Tensor):
+                setattr(self, name, torch.cat([value, value.new_zeros(value.shape)]))
+            elif isinstance(value, np.ndarray):
+                setattr(self, name, np.concatenate([value, np.zeros_like(value)]))
         self.extra = {k: np.concatenate([v, np.zeros_like(v)]) for k, v in self.extra.items()}
 
 
@@ -104,7 +103,7 @@ class Collector:
         self.to_device = HostToDevice(self.device)
         self.has_mask = vec.layout.has_action_mask
 
-    def collect(self, policy: ActorPolicy) -> Batch:
+    def collect(self, policy: Policy) -> Batch:
         raise NotImplementedError
 
     def update_steps(self) -> tuple[int, str, bool] | None:
@@ -143,7 +142,7 @@ class Collector:
             f"(vector index {index}, reset seed {seed if seed >= 0 else 'none'}); check the env's dynamics"
         )
 
-    def act(self, policy: ActorPolicy, step: Step) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    def act(self, policy: Policy, step: Step) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """Device observation (and mask) of ``step`` and the policy's actions/log-probs on it."""
         obs_t = self.to_device(step.obs)
         mask_t = None
@@ -169,9 +168,7 @@ class Collector:
         self.env_seeds = np.asarray(state["env_seeds"], dtype=np.int64).copy()
 
 
-def rollout_storage_bytes(
-    collector: Collector, policy: ActorPolicy, minibatch_rows: int | None = None
-) -> dict[str, int]:
+def rollout_storage_bytes(collector: Collector, policy: Policy, minibatch_rows: int | None = None) -> dict[str, int]:
     """Estimated bytes of one collection's arrays (what grows with envs x horizon x obs size).
 
     ``storage``: the ``[T, E, A, ...]`` buffers (observations in their own dtype, actions,

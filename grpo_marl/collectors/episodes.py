@@ -37,7 +37,7 @@ from grpo_marl.batch import Batch
 from grpo_marl.collectors.base import Collector, Storage, episode_metrics, rows_of
 from grpo_marl.errors import UserInputError
 from grpo_marl.groups import GROUP_MODES, AgentGroups, arrange_groups, team_reward_fraction
-from grpo_marl.policies.mlp import ActorPolicy
+from grpo_marl.policies.base import Policy
 from grpo_marl.vec.base import Step, VecEnv
 
 
@@ -154,7 +154,7 @@ class EpisodeCollector(Collector):
         return n * cap, f"{n} envs x {what} of up to {cap} steps", False
 
     @torch.no_grad()
-    def collect(self, policy: ActorPolicy) -> Batch:
+    def collect(self, policy: Policy) -> Batch:
         started = time.perf_counter()
         if self._storage is None:
             self._storage = Storage(min(self.horizon, self.max_steps or 64), self.vec, policy, self.device)

@@ -3,32 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from grpo_marl import stopping
 from grpo_marl.collectors.base import episode_metrics
 from grpo_marl.groups import AgentGroups
+from grpo_marl.policies.base import ActingPolicy
 from grpo_marl.vec.base import VecEnv
-
-
-class ActingPolicy(Protocol):
-    """What the evaluation loop drives: :class:`~grpo_marl.policies.mlp.ActorPolicy`, the scripted
-    references of :mod:`grpo_marl.marl.references`, and the benchmark peers (SB3's model) alike, so
-    every figure on one table comes from this one loop."""
-
-    groups: AgentGroups
-
-    def act(self, obs: Tensor, action_mask: Tensor | None = ..., deterministic: bool = ...) -> tuple[Tensor, Any]:
-        """``obs[E, A, ...]`` -> actions ``[E, A, ...]`` (and log-probs, unused here)."""
-        ...
-
-    def to_env(self, actions: Tensor) -> np.ndarray:
-        """Actions as the vector env takes them."""
-        ...
 
 
 @torch.inference_mode()  # no autograd bookkeeping at all: nothing computed here is trained on

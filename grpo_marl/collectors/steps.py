@@ -25,7 +25,7 @@ import torch
 from grpo_marl.batch import Batch
 from grpo_marl.collectors.base import Collector, rows_of
 from grpo_marl.groups import AgentGroups
-from grpo_marl.policies.mlp import ActorPolicy
+from grpo_marl.policies.base import Policy
 from grpo_marl.vec.base import Step, VecEnv
 
 
@@ -59,7 +59,7 @@ class StepCollector(Collector):
         return n * self.n_steps, f"{n} envs x {self.n_steps} steps", True
 
     @torch.no_grad()
-    def collect(self, policy: ActorPolicy) -> Batch:
+    def collect(self, policy: Policy) -> Batch:
         started = clock.perf_counter()
         vec, lay, dev = self.vec, self.vec.layout, self.device
         t_n, n, a = self.n_steps, vec.num_envs, lay.num_agents

@@ -34,7 +34,7 @@ from grpo_marl.batch import Batch
 from grpo_marl.collectors.base import Collector, episode_metrics
 from grpo_marl.errors import UserInputError
 from grpo_marl.groups import AgentGroups, arrange_groups
-from grpo_marl.policies.mlp import ActorPolicy
+from grpo_marl.policies.base import Policy
 from grpo_marl.vec.base import Step, VecEnv
 
 
@@ -96,7 +96,7 @@ class StreamingCollector(Collector):
         self._next_gid = 0
         self.member_ids = torch.as_tensor(arrange_groups("seed", num_groups, group_size, groups))
 
-    def _alloc(self, policy: ActorPolicy) -> dict[str, Any]:
+    def _alloc(self, policy: Policy) -> dict[str, Any]:
         if self._buf is None:
             n, t, a = self.vec.num_envs, self.max_steps, self.vec.layout.num_agents
             lay = self.vec.layout
@@ -168,7 +168,7 @@ class StreamingCollector(Collector):
         return n * self.max_steps, f"{n} envs x episodes of up to {self.max_steps} steps", False
 
     @torch.no_grad()
-    def collect(self, policy: ActorPolicy) -> Batch:
+    def collect(self, policy: Policy) -> Batch:
         started = time.perf_counter()
         buf = self._alloc(policy)
         if not self._started:

@@ -149,7 +149,7 @@ def _build_table() -> dict[str, MarlEnvInfo]:
     return table
 
 
-class _LazyTable(dict):  # type: ignore[type-arg]
+class _LazyTable(dict):
     """The name table, filled on first use so that importing this module stays cheap."""
 
     _filled = False

@@ -169,11 +169,11 @@ class ReplaySnapshots(_parallel_base()):  # type: ignore[misc]
         self._actions: list[dict[str, Any]] = []
 
     @property
-    def agents(self) -> list[str]:  # type: ignore[override]
+    def agents(self) -> list[str]:
         return self.env.agents
 
     @property
-    def possible_agents(self) -> list[str]:  # type: ignore[override]
+    def possible_agents(self) -> list[str]:
         return self.env.possible_agents
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:

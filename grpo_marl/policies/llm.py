@@ -165,7 +165,7 @@ class _SelectiveLogSoftmax(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any, hidden: Tensor, weight: Tensor, targets: Tensor, never: Tensor, inv_t: float, chunk: int
     ) -> tuple[Tensor, Tensor]:
         n = hidden.shape[0]
@@ -185,7 +185,7 @@ class _SelectiveLogSoftmax(torch.autograd.Function):
         return logp, ent
 
     @staticmethod
-    def backward(ctx: Any, g_logp: Tensor | None, g_ent: Tensor | None) -> tuple[Any, ...]:  # type: ignore[override]
+    def backward(ctx: Any, g_logp: Tensor | None, g_ent: Tensor | None) -> tuple[Any, ...]:
         hidden, weight, targets, never, lse, ent = ctx.saved_tensors
         inv_t, chunk = ctx.inv_t, ctx.chunk
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
@@ -375,7 +375,7 @@ class LLMPolicy(nn.Module):
         get_base = getattr(self.model, "get_base_model", None)
         return get_base() if callable(get_base) else self.model
 
-    def reference(self) -> nn.Module:
+    def reference(self) -> LLMPolicy | AdapterDisabledReference:
         """The reference policy for the KL term.
 
         Full fine-tuning: a frozen deep copy. LoRA: a parameter-free view that scores with the

@@ -80,7 +80,7 @@ class MLP(nn.Sequential):
             x = fn(x, *args)
         return x
 
-    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> MLP:  # type: ignore[override]
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> MLP:
         self._plan = None
         return super()._apply(fn, recurse)
 

@@ -4,13 +4,20 @@ The trainer never looks at an env, a vector env or a collector: it builds a Task
 kind: ``gym``/``pettingzoo`` share :class:`grpo_marl.tasks.control.ControlTask`, ``text`` has its
 own) and calls the methods below. Optional hooks have no-op defaults here, so callers never probe
 with ``getattr``.
+
+A Task is generic in the policy class it trains (``P``) and in the class of a KL reference that
+is not a copy of the policy (``R``): ``ControlTask`` is ``Task[ActorPolicy, ActorPolicy]``,
+``TextTask`` is ``Task[LLMPolicy, AdapterDisabledReference]`` (LoRA's reference is the base model
+with the adapter disabled). Both are ``nn.Module`` classes (the trainer optimizes, checkpoints and
+broadcasts them); what the family-specific code calls on them is described by the protocols of
+:mod:`grpo_marl.policies.base`.
 """
 
 from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from torch import Tensor, nn
 
@@ -19,8 +26,23 @@ from grpo_marl.batch import Batch
 if TYPE_CHECKING:
     from grpo_marl.logging import RunLogger
 
+#: The policy class a Task trains.
+P = TypeVar("P", bound=nn.Module)
+#: The class of a KL reference that is not a copy of the policy (``P`` itself where it always is).
+R = TypeVar("R", bound=nn.Module)
+M = TypeVar("M", bound=nn.Module)
 
-class Task:
+
+def frozen_copy(module: M) -> M:
+    """A deep copy of ``module`` in eval mode with every parameter frozen."""
+    ref = copy.deepcopy(module)
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+class Task(Generic[P, R]):
     """Base class of every Task. Subclasses set :attr:`policy` and implement the abstract methods.
 
     input_keys: batch keys the policy needs to score actions (minibatches carry them).
@@ -32,7 +54,7 @@ class Task:
     ``python -m grpo_marl.evaluate episodes=N``; None = the run's own evaluation size).
     """
 
-    policy: nn.Module
+    policy: P
     input_keys: tuple[str, ...] = ("obs", "actions")
     extra_keys: tuple[str, ...] = ()
     minibatch_by: str = "step"
@@ -49,20 +71,19 @@ class Task:
         raise NotImplementedError
 
     # -- data ----------------------------------------------------------------------------------
-    def collect(self, policy: nn.Module) -> Batch:
+    def collect(self, policy: P) -> Batch:
         raise NotImplementedError
 
-    def log_prob(
-        self, policy: nn.Module, mb: dict[str, Tensor], need_entropy: bool = True
-    ) -> tuple[Tensor, Tensor | None]:
+    def log_prob(self, policy: P | R, mb: dict[str, Tensor], need_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
         """Differentiable log-probs (and entropies) of ``mb``'s actions under ``policy``.
 
         ``need_entropy=False``: no gradient is needed through the entropy; return it detached
         (a diagnostic: ``train/entropy``) when the forward computes it anyway, else None (the
-        loss then logs no entropy rather than a placeholder 0)."""
+        loss then logs no entropy rather than a placeholder 0). ``policy`` is the trained policy
+        or its KL reference (:meth:`reference_policy`)."""
         raise NotImplementedError
 
-    def evaluate(self, policy: nn.Module, episodes: int, seed_offset: int = 0) -> dict[str, float]:
+    def evaluate(self, policy: P, episodes: int, seed_offset: int = 0) -> dict[str, float]:
         raise NotImplementedError
 
     # -- optional hooks ------------------------------------------------------------------------
@@ -78,13 +99,9 @@ class Task:
         start when ``total_steps`` is below it (updates are never cut short)."""
         return None
 
-    def reference_policy(self) -> nn.Module:
-        """A frozen copy of the policy for the KL term (LLM tasks share the base weights)."""
-        ref = copy.deepcopy(self.policy)
-        ref.eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
-        return ref
+    def reference_policy(self) -> P | R:
+        """A frozen copy of the policy for the KL term (LLM tasks with LoRA share the base weights)."""
+        return frozen_copy(self.policy)
 
     def attach_run(self, run_dir: Path, logger: RunLogger, is_main: bool) -> None:
         """Called once the run directory and its logger exist (tasks that log text use it)."""

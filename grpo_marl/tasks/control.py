@@ -23,6 +23,7 @@ from grpo_marl.collectors.base import rollout_storage_bytes
 from grpo_marl.errors import UserInputError
 from grpo_marl.families import get_family
 from grpo_marl.groups import AgentGroups
+from grpo_marl.policies.base import ActingPolicy, Policy
 from grpo_marl.policies.cnn import resolve_encoder
 from grpo_marl.policies.mlp import ActorPolicy
 from grpo_marl.registry import EnvSpec
@@ -137,7 +138,7 @@ def check_storage(cfg: DictConfig, vec: VecEnv, collector: Any, policy: ActorPol
     return est
 
 
-class ControlTask(Task):
+class ControlTask(Task[ActorPolicy, ActorPolicy]):
     """Everything env-specific the trainer needs for a Gymnasium or PettingZoo env."""
 
     def __init__(
@@ -206,14 +207,14 @@ class ControlTask(Task):
     def update_steps(self) -> tuple[int, str, bool] | None:
         return self.collector.update_steps()
 
-    def collect(self, policy: ActorPolicy) -> Batch:  # type: ignore[override]
+    def collect(self, policy: Policy) -> Batch:
         return self.collector.collect(policy)
 
     def log_prob(
         self,
-        policy: ActorPolicy,
+        policy: Policy,
         mb: dict[str, Tensor],
-        need_entropy: bool = True,  # type: ignore[override]
+        need_entropy: bool = True,
     ) -> tuple[Tensor, Tensor | None]:
         obs, agent, actions = mb["obs"], mb["agent"], mb["actions"]
         lead = agent.shape
@@ -236,7 +237,7 @@ class ControlTask(Task):
         m = batch.mask
         self.policy.update_obs_stats(batch["obs"][m], batch["agent"][m])
 
-    def evaluate(self, policy: ActorPolicy, episodes: int, seed_offset: int = 0) -> dict[str, float]:  # type: ignore[override]
+    def evaluate(self, policy: ActingPolicy, episodes: int, seed_offset: int = 0) -> dict[str, float]:
         if self._eval_vec is None or self._eval_vec.num_envs != episodes:
             if self._eval_vec is not None:
                 self._eval_vec.close()

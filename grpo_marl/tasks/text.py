@@ -35,7 +35,8 @@ from torch import Tensor
 from grpo_marl.batch import Batch
 from grpo_marl.errors import ConfigError, UserInputError
 from grpo_marl.logging import RunLogger
-from grpo_marl.policies.llm import LLMPolicy, LoraSpec, resolve_dtype
+from grpo_marl.policies.base import SequenceScorer, TextPolicy
+from grpo_marl.policies.llm import AdapterDisabledReference, LLMPolicy, LoraSpec, resolve_dtype
 from grpo_marl.registry import EnvSpec
 from grpo_marl.tasks.base import Task
 from grpo_marl.text.chat import render_prompts
@@ -119,7 +120,7 @@ def build_policy(cfg: DictConfig, alphabet: str, device: torch.device) -> LLMPol
         return LLMPolicy(model, tok, lora=lora, gradient_checkpointing=bool(m.gradient_checkpointing))
 
 
-class TextTask(Task):
+class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
     """Everything text-specific the trainer needs (see :class:`grpo_marl.tasks.base.Task`)."""
 
     minibatch_by = "sequence"
@@ -256,7 +257,7 @@ class TextTask(Task):
     def set_env_steps(self, steps: int) -> None:
         self.completions = int(steps)
 
-    def reference_policy(self) -> torch.nn.Module:
+    def reference_policy(self) -> LLMPolicy | AdapterDisabledReference:
         """Frozen copy of the policy, or with LoRA the adapter-disabled base (no second model)."""
         return self.policy.reference()
 
@@ -275,7 +276,7 @@ class TextTask(Task):
         if self.prompt_sampling == "hard" and n < len(self.train_set):
             w = 1.0 - self._prompt_acc + self.hard_floor
             return self.rng.choice(len(w), size=n, replace=False, p=w / w.sum()).astype(np.int64)
-        out = []
+        out: list[int] = []
         while len(out) < n:
             if self._pos >= len(self._order):
                 self._order = self.rng.permutation(len(self.train_set))
@@ -287,7 +288,7 @@ class TextTask(Task):
 
     _trim_left = staticmethod(trim_left)
 
-    def collect(self, policy: LLMPolicy) -> Batch:
+    def collect(self, policy: TextPolicy) -> Batch:
         t0 = time.perf_counter()
         if self._t_update is None:  # first collection of this update (dynamic sampling adds more)
             self._t_update, self._c_update = t0, time.process_time()
@@ -374,7 +375,7 @@ class TextTask(Task):
             return
         # One completion from each of the first n groups: different prompts, not n copies of one.
         rows = [g * self.group_size for g in range(min(n, len(prompts) // self.group_size))]
-        records = [
+        records: list[dict[str, Any]] = [
             {
                 "step": self.completions,
                 "update": self.updates,
@@ -401,7 +402,9 @@ class TextTask(Task):
             self.logger.text("rollout/completions", table, self.completions)
 
     # -- scoring ---------------------------------------------------------------------------------
-    def log_prob(self, policy: Any, mb: dict[str, Tensor], need_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
+    def log_prob(
+        self, policy: SequenceScorer, mb: dict[str, Tensor], need_entropy: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
         """Completion log-probs ``[mb, T]`` in one forward, over only the columns this minibatch
         uses (all-padding prompt columns and all-masked completion columns are cut, then the
         result is zero-padded back to ``T``)."""
@@ -438,7 +441,7 @@ class TextTask(Task):
         return len(self.eval_set)
 
     @torch.no_grad()
-    def evaluate(self, policy: LLMPolicy, episodes: int, seed_offset: int = 0) -> dict[str, float]:
+    def evaluate(self, policy: TextPolicy, episodes: int, seed_offset: int = 0) -> dict[str, float]:
         """Greedy completions for the eval split (``text.eval_prompts`` of them, 0 = all); one
         prompt is one episode. Returns accuracy, reward (as ``return``) and per-function means."""
         n = self.eval_limit or int(self.cfg.text.eval_prompts) or len(self.eval_set)

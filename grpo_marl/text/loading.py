@@ -230,7 +230,9 @@ def load_model(
     if gguf is not None:
         model = make_plain(model)
         model = model.to(dtype)
-    return model.to(device), tok
+    # transformers declares PreTrainedModel.to as @wraps(nn.Module.to), whose typeshed signature
+    # (functools._Wrapped) takes the module as the first argument: the stub is wrong, the call is not.
+    return model.to(device), tok  # type: ignore[arg-type]
 
 
 def _first_line(exc: BaseException) -> str:

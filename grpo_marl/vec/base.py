@@ -113,8 +113,8 @@ class Step:
             truncated=np.concatenate([p.truncated for p in parts]),
             alive=np.concatenate([p.alive for p in parts]),
             env_done=np.concatenate([p.env_done for p in parts]),
-            action_mask=None if first.action_mask is None else np.concatenate([p.action_mask for p in parts]),  # type: ignore[misc]
-            state=None if first.state is None else np.concatenate([p.state for p in parts]),  # type: ignore[misc]
+            action_mask=None if first.action_mask is None else np.concatenate([p.action_mask for p in parts]),
+            state=None if first.state is None else np.concatenate([p.state for p in parts]),
         )
 
 

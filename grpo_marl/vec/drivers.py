@@ -162,6 +162,7 @@ class GymDriver(Driver):
         rec.alive[k, 0] = True
 
     def _step_one(self, i: int, action: np.ndarray, rec: Step) -> None:
+        act: int | np.ndarray
         if self._discrete:
             act = int(action[0])
         else:
@@ -239,6 +240,7 @@ class PettingZooDriver(Driver):
         rec.alive[i] = False
         if rec.action_mask is not None:
             rec.action_mask[i] = False
+        act: dict[str, int | np.ndarray]
         if lay.continuous:
             act = {
                 a: action[self.index[a], : lay.action_dims[self.index[a]]].reshape(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -102,7 +102,7 @@ def flatten_obs(space: Any, obs: Any, out: np.ndarray | None = None) -> np.ndarr
     return vec
 
 
-def obs_writer(space: Any):  # noqa: ANN201 - returns a small closure
+def obs_writer(space: Any) -> Callable[[Any, np.ndarray], None]:
     """A fast ``(obs, out_row) -> None`` writer for one agent's observation into its array row."""
     from gymnasium import spaces
 

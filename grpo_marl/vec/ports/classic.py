@@ -102,6 +102,7 @@ class _ClassicVec(VecEnv):
     _LIMIT: ClassVar[int] = 0  # Gymnasium's registered max_episode_steps
     _DEFAULTS: ClassVar[dict[str, Any]] = {"render_mode": None}
     _STATE_DIM: ClassVar[int] = 2
+    max_episode_steps: int  # always set (the env's registered limit unless given)
 
     def __init__(
         self, num_envs: int, *, max_episode_steps: int | None = None, with_state: bool = False, **env_kwargs: Any
