@@ -74,6 +74,7 @@ def _resume_config(cfg: DictConfig, overrides: list[str], dry: bool = False) -> 
             "least one checkpoint"
         )
     saved = OmegaConf.load(cfg_path)
+    assert isinstance(saved, DictConfig), cfg_path  # a run's config.yaml is a mapping
     # Only a few keys may change on resume (e.g. extend training); the rest must match the run.
     allowed = {
         "total_steps", "device", "log.progress", "log.tensorboard", "threads",
@@ -159,7 +160,7 @@ def _foreign(saved: Any, cfg: DictConfig) -> str | None:
     """Why a checkpoint's embedded config is not this run's, or None when it is."""
     if not isinstance(saved, dict):
         return None  # older checkpoints carry no config: nothing to compare
-    algo = saved.get("algo") if isinstance(saved.get("algo"), dict) else {}
+    algo: dict[str, Any] = saved["algo"] if isinstance(saved.get("algo"), dict) else {}
     theirs = (saved.get("env"), algo.get("name"), saved.get("seed"))
     ours = (str(cfg.env), str(cfg.algo.name), int(cfg.seed))
     if theirs != ours:
