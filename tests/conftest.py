@@ -35,6 +35,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+#: A tiny Llama for text runs (the model config's smallest sizes that still have two heads).
+TINY_LM = ("model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64")
+
+
 def installed(module: str) -> bool:
     """Whether ``module`` can be imported here (without importing it)."""
     try:

@@ -21,7 +21,7 @@ import pytest
 from envs.text.rewards import POSITIONAL, TRL, bind_reward, reward_weights
 from envs.text.tasks import TextTask, arithmetic_task, jsonl_task
 from grpo_marl.errors import ConfigError, RewardFunctionError
-from tests.conftest import ROOT, _subprocess_env, needs, resolved_config
+from tests.conftest import ROOT, TINY_LM, _subprocess_env, needs, resolved_config
 
 OUTSIDE = Path(__file__).parent / "outside_pkg"
 R = "grpo_marl_outside.rewards"
@@ -30,9 +30,7 @@ TINY = [
     "algo.num_groups=2",
     "algo.group_size=4",
     "total_steps=8",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
+    *TINY_LM,
     "log.tensorboard=false",
     "checkpoint.every=0",
     "threads=1",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import needs
+from tests.conftest import TINY_LM, needs
 
 #: the text env kind builds its model and tokenizer with the text extra
 text_extra = needs("transformers", "tokenizers", extra="text")
@@ -19,9 +19,7 @@ text_extra = needs("transformers", "tokenizers", extra="text")
 FAST = [
     "algo.num_groups=4",
     "algo.group_size=4",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
+    *TINY_LM,
     "log.tensorboard=false",
     "text.log_completions_every=1",
     "threads=1",
@@ -132,9 +130,7 @@ def test_learns_three_prompt_task(train: Callable[..., dict], tmp_path: Path, se
         "eval.every_steps=480",
         "train.stop_on_threshold=true",
         "train.threshold=1.0",
-        "model.hidden_size=32",
-        "model.num_heads=2",
-        "model.intermediate_size=64",
+        *TINY_LM,
         "log.tensorboard=false",
         "checkpoint.every=0",
         "threads=1",

@@ -101,6 +101,22 @@ class Step:
             self.state[idx] = other.state
 
     @staticmethod
+    def observed(obs: np.ndarray, env_done: np.ndarray, state: np.ndarray | None = None) -> Step:
+        """The record of envs that have just been reset or restored, or are read without stepping:
+        ``obs`` [E, A, ...] and ``env_done`` [E], no reward or end flag, every agent of a running
+        env alive (what the ports' ``reset`` and ``observations`` hand out)."""
+        n, a = obs.shape[:2]
+        return Step(
+            obs=obs,
+            rewards=np.zeros((n, a), np.float32),
+            terminated=np.zeros((n, a), bool),
+            truncated=np.zeros((n, a), bool),
+            alive=np.repeat(~env_done[:, None], a, axis=1),
+            env_done=env_done,
+            state=state,
+        )
+
+    @staticmethod
     def cat(parts: Sequence[Step]) -> Step:
         """Concatenate along the env axis (worker slices -> one record)."""
         if len(parts) == 1:

@@ -180,15 +180,8 @@ class _ClassicVec(VecEnv):
         self._done[idx] = False
         self._fresh[idx] = True
         n = len(idx)
-        return Step(
-            obs=self._obs[idx].copy(),
-            rewards=np.zeros((n, 1), np.float32),
-            terminated=np.zeros((n, 1), bool),
-            truncated=np.zeros((n, 1), bool),
-            alive=np.ones((n, 1), bool),
-            env_done=np.zeros(n, bool),
-            state=np.zeros((n, 0), np.float32) if self.with_state else None,
-        )
+        state = np.zeros((n, 0), np.float32) if self.with_state else None
+        return Step.observed(self._obs[idx].copy(), np.zeros(n, bool), state)
 
     def step(self, actions: np.ndarray) -> Step:
         E = self.num_envs
@@ -253,17 +246,8 @@ class _ClassicVec(VecEnv):
         """The current record of envs ``indices`` (all when None) without stepping: after
         :meth:`restore`, the observations the restored envs act on next."""
         idx = np.arange(self.num_envs) if indices is None else np.asarray(indices, np.int64).reshape(-1)
-        n = len(idx)
-        done = self._done[idx]
-        return Step(
-            obs=self._obs[idx].copy(),
-            rewards=np.zeros((n, 1), np.float32),
-            terminated=np.zeros((n, 1), bool),
-            truncated=np.zeros((n, 1), bool),
-            alive=~done[:, None],
-            env_done=done.copy(),
-            state=np.zeros((n, 0), np.float32) if self.with_state else None,
-        )
+        state = np.zeros((len(idx), 0), np.float32) if self.with_state else None
+        return Step.observed(self._obs[idx].copy(), self._done[idx], state)
 
     # -- snapshots ---------------------------------------------------------------------------
     def snapshot(self, indices: Sequence[int]) -> list[Any]:

@@ -336,15 +336,7 @@ class _MpeVec(VecEnv):
         if self._state is not None:
             state = self._state_of(obs)
             self._state[idx] = state
-        return Step(
-            obs=obs.copy(),
-            rewards=np.zeros((n, A), np.float32),
-            terminated=np.zeros((n, A), bool),
-            truncated=np.zeros((n, A), bool),
-            alive=np.ones((n, A), bool),
-            env_done=np.zeros(n, bool),
-            state=state,
-        )
+        return Step.observed(obs.copy(), np.zeros(n, bool), state)
 
     def step(self, actions: np.ndarray) -> Step:
         E, A = self.num_envs, len(self.agent_names)
@@ -571,17 +563,8 @@ class _MpeVec(VecEnv):
         """The current record of envs ``indices`` (all when None) without stepping: after
         :meth:`restore`, the observations the restored envs act on next."""
         idx = np.arange(self.num_envs) if indices is None else np.asarray(indices, np.int64).reshape(-1)
-        n, A = len(idx), len(self.agent_names)
-        done = self._done[idx]
-        return Step(
-            obs=self._obs[idx].copy(),
-            rewards=np.zeros((n, A), np.float32),
-            terminated=np.zeros((n, A), bool),
-            truncated=np.zeros((n, A), bool),
-            alive=np.repeat((~done)[:, None], A, axis=1),
-            env_done=done.copy(),
-            state=None if self._state is None else self._state[idx].copy(),
-        )
+        state = None if self._state is None else self._state[idx].copy()
+        return Step.observed(self._obs[idx].copy(), self._done[idx], state)
 
 
 def _norm(d: np.ndarray) -> np.ndarray:

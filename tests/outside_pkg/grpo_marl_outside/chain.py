@@ -189,16 +189,8 @@ class ChainVec(VecEnv):
         obs = np.empty((n, 1, 2), np.float32)
         obs[:, 0, 0] = self._pos[idx] * scale - 1.0
         obs[:, 0, 1] = self._goal[idx] * scale - 1.0
-        done = self._done[idx]
-        return Step(
-            obs=obs,
-            rewards=np.zeros((n, 1), np.float32),
-            terminated=np.zeros((n, 1), bool),
-            truncated=np.zeros((n, 1), bool),
-            alive=~done[:, None],
-            env_done=done.copy(),
-            state=np.zeros((n, 0), np.float32) if self.with_state else None,
-        )
+        state = np.zeros((n, 0), np.float32) if self.with_state else None
+        return Step.observed(obs, self._done[idx], state)
 
     # -- snapshots (state groups, streaming rollouts, exact resume) ------------------------------
     def snapshot(self, indices: Sequence[int]) -> list[Any]:
