@@ -83,7 +83,7 @@ CASES: list[Case] = [
     Case(
         "cartpole_native",
         "gymnasium",
-        # 512 groups x 8 = 4096 envs in Gymnasium's numpy CartPoleVectorEnv; episodes grow to 500
+        # 512 groups x 8 = 4096 envs in the batched numpy CartPole port; episodes grow to 500
         # steps as it learns (up to 2M steps per update).
         [
             "env=cartpole",
