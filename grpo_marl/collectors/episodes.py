@@ -32,12 +32,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from grpo_marl.batch import Batch
 from grpo_marl.collectors.base import Collector, Storage, episode_metrics, rows_of
 from grpo_marl.errors import UserInputError
 from grpo_marl.groups import GROUP_MODES, AgentGroups, arrange_groups, team_reward_fraction
-from grpo_marl.policies.base import Policy
+from grpo_marl.policies.base import HostPolicy, Policy
 from grpo_marl.vec.base import Step, VecEnv
 
 
@@ -168,44 +169,13 @@ class EpisodeCollector(Collector):
         if self.mode == "state":
             # a uniform visited step of the previous collection (never 0: a reset gives that)
             snap_at[::g] = self.rng.integers(1, max(2, self.prev_len), size=self.num_groups)
-        alive = step.alive.copy()
-        st.alive[:] = False
-        st.rewards[:] = 0.0
-        env_steps = 0
-        t = 0
-        while t < self.horizon and alive.any():
-            if self.mode == "state":
-                due = np.flatnonzero((snap_at == t) & ~step.env_done)
-                if len(due):
-                    for e, snap in zip(due, self.vec.snapshot(due.tolist()), strict=True):
-                        # the episode's return so far: before this branch + this branch's first t steps
-                        ret = ret0[e] + (st.rewards[:t, e] * st.alive[:t, e]).sum(0) if known[e] else None
-                        new_archive.append(Archived(snap, int(t0[e] + t), step.rows([int(e)]), ret))
-            if t == st.capacity:
-                st.grow()
-            if host is not None:  # CPU storage: write through numpy views of its tensors
-                actions_np, logp_np = host.sample(
-                    step.obs, step.action_mask if self.has_mask else None, self.action_rng
-                )
-                st.obs.numpy()[t] = step.obs
-                st.actions.numpy()[t] = actions_np
-                st.logp.numpy()[t] = logp_np
-                env_actions = host.to_env(actions_np)
-            else:
-                obs_t, actions, logp, _ = self.act(policy, step)
-                st.obs[t] = obs_t
-                st.actions[t] = actions
-                st.logp[t] = logp
-                env_actions = policy.to_env(actions)
-            st.alive[t] = alive
-            if st.action_mask is not None and step.action_mask is not None:
-                st.action_mask[t] = step.action_mask
-            env_steps += int((~step.env_done).sum())
-            step = self.vec.step(env_actions)
-            self.check(step, "step")
-            st.rewards[t] = step.rewards
-            alive = alive & step.alive
-            t += 1
+        alive = step.alive.clone()
+        st.alive.zero_()
+        st.rewards.zero_()
+        if host is not None:
+            t, env_steps, alive = self._play_host(host, st, step, alive, snap_at, t0, ret0, known, new_archive)
+        else:
+            t, env_steps, alive = self._play(policy, st, step, alive, snap_at, t0, ret0, known, new_archive)
         if self.mode == "state":
             # Only states of this collection: when every group branched late and none lived to its
             # snapshot time, the archive empties and the next collection starts from resets (keeping
@@ -215,10 +185,115 @@ class EpisodeCollector(Collector):
         self.total_env_steps += env_steps
         # Episodes that ended here: every agent done, or cut at the rollout cap; with a known return
         # before this collection (0 after a reset, the archived prefix after a restore).
-        ended = ~alive.any(1)
+        ended = ~alive.any(1).cpu().numpy()
         if self.max_steps:
             ended |= t0 + t >= self.max_steps
         return self._batch(st, t, env_steps, ended & known, t0, ret0, time.perf_counter() - started)
+
+    def _archive_due(
+        self,
+        t: int,
+        step: Step,
+        st: Storage,
+        snap_at: np.ndarray,
+        t0: np.ndarray,
+        ret0: np.ndarray,
+        known: np.ndarray,
+        new_archive: list[Archived],
+    ) -> None:
+        """``state`` mode: snapshot the envs whose snapshot time is ``t`` (and are still running)."""
+        due_now = snap_at == t
+        if not due_now.any():
+            return
+        due = np.flatnonzero(due_now & ~step.env_done.cpu().numpy())
+        if not len(due):
+            return
+        for e, snap in zip(due, self.vec.snapshot(due.tolist()), strict=True):
+            # the episode's return so far: before this branch + this branch's first t steps
+            ret = None
+            if known[e]:
+                ret = ret0[e] + (st.rewards[:t, e] * st.alive[:t, e]).sum(0).cpu().numpy().astype(np.float64)
+            new_archive.append(Archived(snap, int(t0[e] + t), step.rows([int(e)]), ret))
+
+    def _play(
+        self,
+        policy: Policy,
+        st: Storage,
+        step: Step,
+        alive: Tensor,
+        snap_at: np.ndarray,
+        t0: np.ndarray,
+        ret0: np.ndarray,
+        known: np.ndarray,
+        new_archive: list[Archived],
+    ) -> tuple[int, int, Tensor]:
+        """The torch loop: every tensor stays on the collector's device (and, for an env on that
+        device, never leaves it); one synchronisation per step, the loop's ``alive.any()``."""
+        env_steps = torch.zeros((), dtype=torch.long, device=self.device)
+        t = 0
+        while t < self.horizon and bool(alive.any()):
+            if self.mode == "state":
+                self._archive_due(t, step, st, snap_at, t0, ret0, known, new_archive)
+            if t == st.capacity:
+                st.grow()
+            _, actions, logp, _ = self.act(policy, step)
+            st.obs[t] = step.obs
+            st.actions[t] = actions
+            st.logp[t] = logp
+            st.alive[t] = alive
+            if st.action_mask is not None and step.action_mask is not None:
+                st.action_mask[t] = step.action_mask
+            env_steps += (~step.env_done).sum()
+            step = self.env_step(self.env_actions(policy, actions))
+            st.rewards[t] = step.rewards
+            alive &= step.alive
+            t += 1
+        return t, int(env_steps), alive
+
+    def _play_host(
+        self,
+        host: HostPolicy,
+        st: Storage,
+        step: Step,
+        alive_t: Tensor,
+        snap_at: np.ndarray,
+        t0: np.ndarray,
+        ret0: np.ndarray,
+        known: np.ndarray,
+        new_archive: list[Archived],
+    ) -> tuple[int, int, Tensor]:
+        """The CPU loop of a numpy actor: the same storage and records, read and written through
+        numpy views of their tensors (free to take), so a step costs numpy's few microseconds per
+        small array rather than torch's dispatch per operator."""
+        obs_v, actions_v, logp_v = st.obs.numpy(), st.actions.numpy(), st.logp.numpy()
+        rewards_v, alive_v = st.rewards.numpy(), st.alive.numpy()
+        mask_v = None if st.action_mask is None else st.action_mask.numpy()
+        alive = alive_t.numpy()
+        env_steps = 0
+        t = 0
+        while t < self.horizon and alive.any():
+            if self.mode == "state":
+                self._archive_due(t, step, st, snap_at, t0, ret0, known, new_archive)
+            if t == st.capacity:
+                st.grow()
+                obs_v, actions_v, logp_v = st.obs.numpy(), st.actions.numpy(), st.logp.numpy()
+                rewards_v, alive_v = st.rewards.numpy(), st.alive.numpy()
+                mask_v = None if st.action_mask is None else st.action_mask.numpy()
+            obs = step.obs.numpy()
+            mask = None if step.action_mask is None else step.action_mask.numpy()
+            actions_np, logp_np = host.sample(obs, mask if self.has_mask else None, self.action_rng)
+            obs_v[t] = obs
+            actions_v[t] = actions_np
+            logp_v[t] = logp_np
+            alive_v[t] = alive
+            if mask_v is not None and mask is not None:
+                mask_v[t] = mask
+            env_steps += int((~step.env_done.numpy()).sum())
+            step = self.env_step(torch.from_numpy(host.to_env(actions_np)).to(self.vec.device))
+            rewards_v[t] = step.rewards.numpy()
+            alive = alive & step.alive.numpy()
+            t += 1
+        return t, env_steps, torch.from_numpy(alive)
 
     def _batch(
         self,
