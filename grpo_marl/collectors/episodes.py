@@ -160,7 +160,9 @@ class EpisodeCollector(Collector):
         if self._storage is None:
             self._storage = Storage(min(self.horizon, self.max_steps or 64), self.vec, policy, self.device)
         st = self._storage
-        make_host = getattr(policy, "host_actor", None) if self.host and self.device.type == "cpu" else None
+        # the numpy actor serves numpy envs only: a torch env's records stay tensors end to end
+        on_host = self.host and self.device.type == "cpu" and self.vec.backend == "numpy"
+        make_host = getattr(policy, "host_actor", None) if on_host else None
         host = make_host() if make_host is not None else None
         step, t0, from_reset, ret0, known = self._start()
         n_env, g = self.vec.num_envs, self.group_size

@@ -30,7 +30,8 @@ def evaluate_policy(
 
     Greedy evaluations of a policy that offers ``host_actor()`` (an MLP actor on the CPU) run it
     as numpy, several times cheaper per step than a torch call on a few dozen rows
-    (:mod:`grpo_marl.policies.host`); ``host=False`` keeps them in torch."""
+    (:mod:`grpo_marl.policies.host`) when the env computes in numpy; ``host=False``, and a torch
+    env (``vec.backend == "torch"``), keep them in torch on the env's device."""
     if len(seeds) != vec.num_envs:
         raise ValueError(f"evaluation needs one seed per env ({vec.num_envs}), got {len(seeds)}")
     step = vec.reset([int(s) for s in seeds])
@@ -39,7 +40,7 @@ def evaluate_policy(
     returns = torch.zeros((n, a), dtype=torch.float64, device=vec.device)
     lengths = torch.zeros(n, dtype=torch.long, device=vec.device)
     cap = max_steps or vec.max_episode_steps or 100_000
-    on_host = deterministic and host and vec.device.type == "cpu"
+    on_host = deterministic and host and vec.backend == "numpy"  # a torch env's records stay tensors
     make_host = getattr(policy, "host_actor", None) if on_host else None
     host_actor = make_host() if make_host is not None else None
     if host_actor is not None:  # numpy views of the CPU records and accumulators

@@ -155,6 +155,25 @@ class Step:
             state=None if self.state is None else move(self.state),
         )
 
+    def numpy(self) -> HostStep:
+        """The record as numpy arrays (sharing a CPU record's memory; a device record copied to the
+        host): for code outside the hot loops that computes in numpy (tests, tools, a numpy env's
+        own bookkeeping)."""
+
+        def arr(x: Tensor) -> np.ndarray:
+            return x.detach().cpu().numpy()
+
+        return HostStep(
+            obs=arr(self.obs),
+            rewards=arr(self.rewards),
+            terminated=arr(self.terminated),
+            truncated=arr(self.truncated),
+            alive=arr(self.alive),
+            env_done=arr(self.env_done),
+            action_mask=None if self.action_mask is None else arr(self.action_mask),
+            state=None if self.state is None else arr(self.state),
+        )
+
     def put(self, idx: Index, other: Step) -> None:
         """Write ``other``'s rows into rows ``idx`` of this record (in place)."""
         i = self._index(idx)
