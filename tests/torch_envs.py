@@ -25,15 +25,10 @@ from torch import Tensor
 
 from grpo_marl.errors import EnvError, UserInputError
 from grpo_marl.registry import register_env
-from grpo_marl.vec.base import HostStep, Step, VecEnv, layout_of
+from grpo_marl.vec.base import HostStep, Step, VecEnv, canonical_device, layout_of
 
 _MODULUS = 2**31 - 1  # Park-Miller "minimal standard" generator: int64 products never overflow
 _MULTIPLIER = 48271
-
-
-def canonical(device: torch.device | str) -> torch.device:
-    """``device`` with its index (``cuda`` -> ``cuda:0``), as a tensor on it reports it."""
-    return torch.empty(0, device=device).device
 
 
 class TorchCartPoleVec(VecEnv):
@@ -53,7 +48,7 @@ class TorchCartPoleVec(VecEnv):
         if int(num_envs) < 1:
             raise UserInputError(f"torch_cartpole: num_envs must be >= 1, got {num_envs}")
         self.num_envs = E = int(num_envs)
-        self.device = canonical(device)
+        self.device = canonical_device(device)
         self.name = "torch_cartpole"
         self.with_state = bool(with_state)
         self.max_episode_steps = int(max_episode_steps)

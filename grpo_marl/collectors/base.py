@@ -28,7 +28,7 @@ from torch import Tensor
 from grpo_marl.batch import Batch
 from grpo_marl.errors import NonFiniteError
 from grpo_marl.policies.base import ActingPolicy, Policy
-from grpo_marl.vec.base import Step, VecEnv
+from grpo_marl.vec.base import Step, VecEnv, canonical_device
 
 
 class HostToDevice:
@@ -115,7 +115,7 @@ class Collector:
 
     def __init__(self, vec: VecEnv, device: torch.device | str, seed: int, env_name: str) -> None:
         self.vec = vec
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
         self.rng = np.random.default_rng(seed)
         # the noise of actions sampled on the host (grpo_marl/policies/host.py): its own stream,
         # so the reset seeds drawn from ``rng`` do not depend on how many actions were sampled
@@ -126,6 +126,9 @@ class Collector:
         # one staging buffer per field for a CPU env feeding a CUDA policy (see HostToDevice)
         self._h2d: dict[str, HostToDevice] = {}
         self.has_mask = vec.layout.has_action_mask
+        # a numpy env's CPU records are checked as numpy (cheaper on small arrays); a torch env's
+        # stay tensors (no numpy conversion on its path)
+        self._numpy_check = vec.backend == "numpy" and self.device.type == "cpu"
 
     def collect(self, policy: Policy) -> Batch:
         raise NotImplementedError
@@ -195,7 +198,7 @@ class Collector:
         fails are the offending rows looked up."""
         if step.obs.dtype == torch.uint8:
             ok = torch.isfinite(step.rewards).all()
-        elif step.device.type == "cpu":  # numpy on the same memory: cheaper on small arrays
+        elif self._numpy_check:  # numpy on the same memory: cheaper on small arrays
             ok = bool(np.isfinite(step.obs.numpy()).all()) and bool(np.isfinite(step.rewards.numpy()).all())
         else:
             ok = torch.isfinite(step.obs).all() & torch.isfinite(step.rewards).all()

@@ -65,8 +65,6 @@ def evaluate_policy(
             lengths += ~step.env_done
             step = vec.step(env_actions(policy, actions, vec.device))
             returns += step.rewards
-    out = episode_metrics(
-        returns.cpu(), lengths.cpu(), vec.agents, groups or policy.groups, "eval"
-    )
+    out = episode_metrics(returns.cpu(), lengths.cpu(), vec.agents, groups or policy.groups, "eval")
     out["eval/episodes"] = float(n)
     return out

@@ -113,9 +113,9 @@ class StepCollector(Collector):
                 finished_lengths.extend(ep_length[done].tolist())
                 ep_return[done] = 0.0
                 ep_length[done] = 0
-                done_np = done.cpu().numpy()
+                rows = np.asarray(done.tolist(), dtype=np.int64)  # reset takes host indices
                 step = step.copy()
-                step.put(done, self.reset(self.new_seeds(len(done_np)), done_np))
+                step.put(done, self.reset(self.new_seeds(len(rows)), rows))
         self.ep_return = ep_return.cpu().numpy()
         self.ep_length = ep_length.cpu().numpy()
         self._step = step

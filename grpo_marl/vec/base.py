@@ -68,6 +68,15 @@ def _as_tensor(x: Tensor | np.ndarray) -> Tensor:
     return x if isinstance(x, Tensor) else torch.from_numpy(x)
 
 
+def canonical_device(device: torch.device | str) -> torch.device:
+    """``device`` as a tensor on it reports it (``cuda`` -> ``cuda:0``), so that two names of one
+    device compare equal and a record already there is never copied."""
+    d = torch.device(device)
+    if d.type == "cuda" and d.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return d
+
+
 def host_actions(actions: Tensor | np.ndarray) -> np.ndarray:
     """Actions handed to a numpy vector env, as the numpy array it computes with: a CPU tensor's
     own memory (no copy), a device tensor copied to the host once."""
@@ -137,7 +146,7 @@ class Step:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Step:
         """This record on ``device`` (itself when it is there already: no copy)."""
-        device = torch.device(device)
+        device = canonical_device(device)
         if self.obs.device == device:
             return self
 

@@ -104,7 +104,9 @@ class Driver:
         self.done |= out.env_done
         return out.copy()
 
-    def _write(self, i: int, rec: HostStep, k: int, writer: Callable[[Any, np.ndarray], None], obs: Any, j: int) -> None:
+    def _write(
+        self, i: int, rec: HostStep, k: int, writer: Callable[[Any, np.ndarray], None], obs: Any, j: int
+    ) -> None:
         if self._check_dtypes:
             problem = obs_dtype_problem(obs, self.layout.observation_spaces[j])
             if problem:
