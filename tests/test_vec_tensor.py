@@ -132,8 +132,9 @@ def test_numpy_envs_return_cpu_tensors_of_the_contract_dtypes(make: Any) -> None
 
 
 def test_image_obs_are_uint8_tensors() -> None:
-    from grpo_marl.vec.base import layout_of
     from gymnasium import spaces
+
+    from grpo_marl.vec.base import layout_of
 
     lay = layout_of(("agent",), (spaces.Box(0, 255, (8, 8, 3), np.uint8),), (spaces.Discrete(2),))
     assert lay.obs_torch_dtype == torch.uint8

@@ -19,10 +19,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-
-from grpo_marl.errors import EnvError
 from torch import Tensor
 
+from grpo_marl.errors import EnvError
 from grpo_marl.vec.base import HostStep, Step, VecEnv, host_actions
 from grpo_marl.vec.drivers import Driver
 
