@@ -196,13 +196,14 @@ class Collector:
 
         One reduction (and, on an accelerator, one synchronisation) per record; only when it
         fails are the offending rows looked up."""
+        ok: bool
         if step.obs.dtype == torch.uint8:
-            ok = torch.isfinite(step.rewards).all()
+            ok = bool(torch.isfinite(step.rewards).all())
         elif self._numpy_check:  # numpy on the same memory: cheaper on small arrays
             ok = bool(np.isfinite(step.obs.numpy()).all()) and bool(np.isfinite(step.rewards.numpy()).all())
         else:
-            ok = torch.isfinite(step.obs).all() & torch.isfinite(step.rewards).all()
-        if bool(ok):
+            ok = bool(torch.isfinite(step.obs).all() & torch.isfinite(step.rewards).all())
+        if ok:
             return
         obs = step.obs.cpu()
         rewards = step.rewards.cpu().numpy()

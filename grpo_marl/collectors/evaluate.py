@@ -51,8 +51,8 @@ def evaluate_policy(
                 break
             stopping.check()  # a signal abandons the evaluation here (grpo_marl.stopping)
             lengths_v += ~done
-            mask = None if step.action_mask is None else step.action_mask.numpy()
-            step = vec.step(torch.from_numpy(host_actor.greedy(step.obs.numpy(), mask)))
+            mask_np = None if step.action_mask is None else step.action_mask.numpy()
+            step = vec.step(torch.from_numpy(host_actor.greedy(step.obs.numpy(), mask_np)))
             returns_v += step.rewards.numpy()
     else:
         dev = torch.device(device)

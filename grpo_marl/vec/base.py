@@ -72,7 +72,7 @@ def canonical_device(device: torch.device | str) -> torch.device:
     """``device`` as a tensor on it reports it (``cuda`` -> ``cuda:0``), so that two names of one
     device compare equal and a record already there is never copied."""
     d = torch.device(device)
-    if d.type == "cuda" and d.index is None:
+    if str(d) == "cuda":  # no index: the current CUDA device
         return torch.device("cuda", torch.cuda.current_device())
     return d
 
@@ -241,6 +241,11 @@ def _req(x: Tensor | None) -> Tensor:
     return x
 
 
+def _req_np(x: np.ndarray | None) -> np.ndarray:
+    assert x is not None, "every part of a record has the same optional fields"
+    return x
+
+
 @dataclass
 class HostStep:
     """The numpy record a numpy vector env fills (drivers, worker processes, ports): the fields of
@@ -315,8 +320,8 @@ class HostStep:
             truncated=np.concatenate([p.truncated for p in parts]),
             alive=np.concatenate([p.alive for p in parts]),
             env_done=np.concatenate([p.env_done for p in parts]),
-            action_mask=None if first.action_mask is None else np.concatenate([p.action_mask for p in parts]),  # type: ignore[misc]
-            state=None if first.state is None else np.concatenate([p.state for p in parts]),  # type: ignore[misc]
+            action_mask=None if first.action_mask is None else np.concatenate([_req_np(p.action_mask) for p in parts]),
+            state=None if first.state is None else np.concatenate([_req_np(p.state) for p in parts]),
         )
 
 
