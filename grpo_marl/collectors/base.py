@@ -200,7 +200,8 @@ class Collector:
         if step.obs.dtype == torch.uint8:
             ok = bool(torch.isfinite(step.rewards).all())
         elif self._numpy_check:  # numpy on the same memory: cheaper on small arrays
-            ok = bool(np.isfinite(step.obs.numpy()).all()) and bool(np.isfinite(step.rewards.numpy()).all())
+            rec = step.numpy()
+            ok = bool(np.isfinite(rec.obs).all()) and bool(np.isfinite(rec.rewards).all())
         else:
             ok = bool(torch.isfinite(step.obs).all() & torch.isfinite(step.rewards).all())
         if ok:

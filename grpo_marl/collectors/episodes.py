@@ -281,8 +281,8 @@ class EpisodeCollector(Collector):
                 obs_v, actions_v, logp_v = st.obs.numpy(), st.actions.numpy(), st.logp.numpy()
                 rewards_v, alive_v = st.rewards.numpy(), st.alive.numpy()
                 mask_v = None if st.action_mask is None else st.action_mask.numpy()
-            obs = step.obs.numpy()
-            mask = None if step.action_mask is None else step.action_mask.numpy()
+            rec = step.numpy()  # a numpy env's own arrays: free
+            obs, mask = rec.obs, rec.action_mask
             actions_np, logp_np = host.sample(obs, mask if self.has_mask else None, self.action_rng)
             obs_v[t] = obs
             actions_v[t] = actions_np
@@ -290,10 +290,11 @@ class EpisodeCollector(Collector):
             alive_v[t] = alive
             if mask_v is not None and mask is not None:
                 mask_v[t] = mask
-            env_steps += int((~step.env_done.numpy()).sum())
-            step = self.env_step(torch.from_numpy(host.to_env(actions_np)).to(self.vec.device))
-            rewards_v[t] = step.rewards.numpy()
-            alive = alive & step.alive.numpy()
+            env_steps += int((~rec.env_done).sum())
+            step = self.env_step(torch.from_numpy(host.to_env(actions_np)))  # a numpy env: on the CPU
+            rec = step.numpy()
+            rewards_v[t] = rec.rewards
+            alive = alive & rec.alive
             t += 1
         return t, env_steps, torch.from_numpy(alive)
 

@@ -46,14 +46,13 @@ def evaluate_policy(
     if host_actor is not None:  # numpy views of the CPU records and accumulators
         returns_v, lengths_v = returns.numpy(), lengths.numpy()
         for _ in range(cap):
-            done = step.env_done.numpy()
-            if done.all():
+            rec = step.numpy()  # a numpy env's own arrays: free
+            if rec.env_done.all():
                 break
             stopping.check()  # a signal abandons the evaluation here (grpo_marl.stopping)
-            lengths_v += ~done
-            mask_np = None if step.action_mask is None else step.action_mask.numpy()
-            step = vec.step(torch.from_numpy(host_actor.greedy(step.obs.numpy(), mask_np)))
-            returns_v += step.rewards.numpy()
+            lengths_v += ~rec.env_done
+            step = vec.step(torch.from_numpy(host_actor.greedy(rec.obs, rec.action_mask)))
+            returns_v += step.numpy().rewards
     else:
         dev = torch.device(device)
         for _ in range(cap):

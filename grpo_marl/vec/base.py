@@ -45,7 +45,7 @@ agents that are not alive are ignored.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -81,7 +81,10 @@ def host_actions(actions: Tensor | np.ndarray) -> np.ndarray:
     """Actions handed to a numpy vector env, as the numpy array it computes with: a CPU tensor's
     own memory (no copy), a device tensor copied to the host once."""
     if isinstance(actions, Tensor):
-        return actions.detach().cpu().numpy()
+        try:
+            return actions.numpy()  # a CPU tensor outside autograd: its memory, nothing else checked
+        except (RuntimeError, TypeError):  # on a device, or requiring grad
+            return actions.detach().cpu().numpy()
     return np.asarray(actions)
 
 
@@ -107,6 +110,11 @@ class Step:
     env_done: Tensor
     action_mask: Tensor | None = None
     state: Tensor | None = None
+    #: the numpy record this one was made from without a copy (:meth:`HostStep.to_step`), so
+    #: :meth:`numpy` on a numpy env's record costs nothing; never copied to derived records
+    _host: tuple[HostStep, tuple[Tensor | None, ...]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def device(self) -> torch.device:
@@ -132,7 +140,11 @@ class Step:
         )
 
     def copy(self) -> Step:
-        """An independent copy (no tensor shared with this record)."""
+        """An independent copy (no tensor shared with this record). A numpy env's record is copied
+        as numpy (cheaper on small arrays) and stays one."""
+        host = self._own_host()
+        if host is not None:
+            return host.copy().to_step()
         return Step(
             obs=self.obs.clone(),
             rewards=self.rewards.clone(),
@@ -167,7 +179,10 @@ class Step:
     def numpy(self) -> HostStep:
         """The record as numpy arrays (sharing a CPU record's memory; a device record copied to the
         host): for code outside the hot loops that computes in numpy (tests, tools, a numpy env's
-        own bookkeeping)."""
+        own bookkeeping). A numpy env's record gives back the arrays it was made from."""
+        host = self._own_host()
+        if host is not None:
+            return host
 
         def arr(x: Tensor) -> np.ndarray:
             return x.detach().cpu().numpy()
@@ -183,19 +198,55 @@ class Step:
             state=None if self.state is None else arr(self.state),
         )
 
+    def _own_host(self) -> HostStep | None:
+        """The numpy record whose memory this one's fields are (None: not made by
+        :meth:`HostStep.to_step`, or a field reassigned since)."""
+        if self._host is not None:
+            host, made = self._host
+            if (  # no field reassigned since
+                made[0] is self.obs
+                and made[1] is self.rewards
+                and made[2] is self.terminated
+                and made[3] is self.truncated
+                and made[4] is self.alive
+                and made[5] is self.env_done
+                and made[6] is self.action_mask
+                and made[7] is self.state
+            ):
+                return host
+        return None
+
+    def _fields(self) -> tuple[Tensor | None, ...]:
+        return (
+            self.obs,
+            self.rewards,
+            self.terminated,
+            self.truncated,
+            self.alive,
+            self.env_done,
+            self.action_mask,
+            self.state,
+        )
+
     def put(self, idx: Index, other: Step) -> None:
-        """Write ``other``'s rows into rows ``idx`` of this record (in place)."""
+        """Write ``other``'s rows into rows ``idx`` of this record (in place). Between two numpy
+        env records the write is done in numpy, on the same memory."""
+        mine, theirs = self._own_host(), other._own_host()
+        if mine is not None and theirs is not None:
+            mine.put(idx.cpu().numpy() if isinstance(idx, Tensor) else idx, theirs)
+            return
         i = self._index(idx)
-        self.obs[i] = other.obs.to(self.device)
-        self.rewards[i] = other.rewards.to(self.device)
-        self.terminated[i] = other.terminated.to(self.device)
-        self.truncated[i] = other.truncated.to(self.device)
-        self.alive[i] = other.alive.to(self.device)
-        self.env_done[i] = other.env_done.to(self.device)
+        other = other.to(self.device)
+        self.obs[i] = other.obs
+        self.rewards[i] = other.rewards
+        self.terminated[i] = other.terminated
+        self.truncated[i] = other.truncated
+        self.alive[i] = other.alive
+        self.env_done[i] = other.env_done
         if self.action_mask is not None and other.action_mask is not None:
-            self.action_mask[i] = other.action_mask.to(self.device)
+            self.action_mask[i] = other.action_mask
         if self.state is not None and other.state is not None:
-            self.state[i] = other.state.to(self.device)
+            self.state[i] = other.state
 
     @staticmethod
     def observed(
@@ -205,6 +256,18 @@ class Step:
         ``obs`` [E, A, ...] and ``env_done`` [E], no reward or end flag, every agent of a running
         env alive (what the ports' ``reset`` and ``observations`` hand out). Numpy arrays (a numpy
         env's own) become tensors sharing their memory; tensors stay on their device."""
+        if isinstance(obs, np.ndarray) and isinstance(env_done, np.ndarray):
+            # a numpy env's record: built in numpy (a few cheap allocations), converted once
+            n, a = obs.shape[:2]
+            return HostStep(
+                obs=obs,
+                rewards=np.zeros((n, a), np.float32),
+                terminated=np.zeros((n, a), bool),
+                truncated=np.zeros((n, a), bool),
+                alive=np.repeat(~env_done[:, None], a, axis=1),
+                env_done=env_done,
+                state=None if state is None else np.asarray(state),
+            ).to_step()
         obs_t, done_t = _as_tensor(obs), _as_tensor(env_done)
         n, a = obs_t.shape[:2]
         dev = obs_t.device
@@ -264,8 +327,9 @@ class HostStep:
     state: np.ndarray | None = None
 
     def to_step(self) -> Step:
-        """The :class:`Step` of these arrays (CPU tensors sharing their memory)."""
-        return Step(
+        """The :class:`Step` of these arrays (CPU tensors sharing their memory; its
+        :meth:`Step.numpy` gives these arrays back)."""
+        step = Step(
             obs=torch.from_numpy(self.obs),
             rewards=torch.from_numpy(self.rewards),
             terminated=torch.from_numpy(self.terminated),
@@ -275,6 +339,8 @@ class HostStep:
             action_mask=None if self.action_mask is None else torch.from_numpy(self.action_mask),
             state=None if self.state is None else torch.from_numpy(self.state),
         )
+        step._host = (self, step._fields())
+        return step
 
     def rows(self, idx: np.ndarray | Sequence[int]) -> HostStep:
         """The sub-record of envs ``idx``."""
