@@ -84,40 +84,50 @@ class StepCollector(Collector):
         if vec.with_state:
             states = torch.zeros((t_n, n, lay.state_dim), dtype=torch.float32, device=dev)
             final_states = torch.zeros((t_n, n, lay.state_dim), dtype=torch.float32, device=dev)
-        # the running episodes' accumulators on the device too: no host copy per step
-        ep_return = torch.as_tensor(self.ep_return, device=dev)
-        ep_length = torch.as_tensor(self.ep_length, device=dev)
+        # Per-step bookkeeping runs where the records are: for a numpy env on the CPU in numpy views
+        # of the same buffers (numpy's microseconds on small arrays, the records' own arrays), else
+        # in torch on the device (a torch env's records never leave it).
+        host = self._numpy_check
+        view: Any = (lambda x: None if x is None else x.numpy()) if host else (lambda x: x)
+        rewards_v, alive_v, term_v, trunc_v = view(rewards), view(alive), view(terminated), view(truncated)
+        final_v, elapsed_v, masks_v = view(final_obs), view(elapsed), view(masks)
+        states_v, final_states_v = view(states), view(final_states)
+        ep_return: Any = self.ep_return.copy() if host else torch.as_tensor(self.ep_return, device=dev)
+        ep_length: Any = self.ep_length.copy() if host else torch.as_tensor(self.ep_length, device=dev)
         finished_returns: list[float] = []
         finished_lengths: list[int] = []
         for t in range(t_n):
             obs_t, actions, logp, _ = self.act(policy, step)
             obs[t], actions_buf[t], logp_buf[t] = obs_t, actions, logp
-            alive[t] = step.alive
-            elapsed[t] = ep_length.double() / self.horizon  # float64, then stored as float32
-            if masks is not None and step.action_mask is not None:
-                masks[t] = step.action_mask
-            if states is not None and step.state is not None:
-                states[t] = step.state
+            rec: Any = step.numpy() if host else step
+            alive_v[t] = rec.alive
+            # float64, then stored as float32
+            elapsed_v[t] = ep_length / self.horizon if host else ep_length.double() / self.horizon
+            if masks_v is not None and rec.action_mask is not None:
+                masks_v[t] = rec.action_mask
+            if states_v is not None and rec.state is not None:
+                states_v[t] = rec.state
             step = self.env_step(self.env_actions(policy, actions))
-            rewards[t] = step.rewards
-            terminated[t] = step.terminated
-            truncated[t] = step.truncated
-            ep_return += step.rewards
+            rec = step.numpy() if host else step
+            rewards_v[t] = rec.rewards
+            term_v[t] = rec.terminated
+            trunc_v[t] = rec.truncated
+            ep_return += rec.rewards
             ep_length += 1
-            if bool(step.env_done.any()):
-                done = step.env_done.nonzero()[:, 0]
-                final_obs[t, done] = step.obs[done]
-                if final_states is not None and step.state is not None:
-                    final_states[t, done] = step.state[done]
+            if bool(rec.env_done.any()):
+                done = np.flatnonzero(rec.env_done) if host else rec.env_done.nonzero()[:, 0]
+                final_v[t, done] = rec.obs[done]
+                if final_states_v is not None and rec.state is not None:
+                    final_states_v[t, done] = rec.state[done]
                 finished_returns.extend(ep_return[done].mean(1).tolist())
                 finished_lengths.extend(ep_length[done].tolist())
                 ep_return[done] = 0.0
                 ep_length[done] = 0
                 rows = np.asarray(done.tolist(), dtype=np.int64)  # reset takes host indices
                 step = step.copy()
-                step.put(done, self.reset(self.new_seeds(len(rows)), rows))
-        self.ep_return = ep_return.cpu().numpy()
-        self.ep_length = ep_length.cpu().numpy()
+                step.put(rows, self.reset(self.new_seeds(len(rows)), rows))
+        self.ep_return = ep_return if host else ep_return.cpu().numpy()
+        self.ep_length = ep_length if host else ep_length.cpu().numpy()
         self._step = step
         self.total_env_steps += n * t_n
         self.recent_returns.extend(finished_returns)
@@ -134,7 +144,7 @@ class StepCollector(Collector):
             "agent": torch.arange(a, device=dev).repeat(n)[:, None].expand(n * a, t_n).contiguous(),
             "time": rows_of(elapsed[:, :, None].expand(t_n, n, a), dev),
             "next_obs": step.obs.reshape(n * a, *lay.obs_shape).clone(),
-            "next_time": (ep_length.double() / self.horizon).to(torch.float32).repeat_interleave(a),
+            "next_time": torch.as_tensor(np.repeat(self.ep_length / self.horizon, a), device=dev, dtype=torch.float32),
         }
         if masks is not None:
             data["action_mask"] = rows_of(masks, dev)
