@@ -11,9 +11,10 @@ Storage is torch tensors on the collector's (the policy's) device, all of it. A 
 records are tensors on *its* device (:mod:`grpo_marl.vec.base`): when both devices are the same
 (a numpy env and a CPU policy, a torch env and a policy on its GPU) a record is used as it is, with
 no copy; otherwise it is moved once per step (:meth:`Collector.to_collector`), and the actions
-once back (:meth:`Collector.env_actions`). On the CPU the episode collector's host-actor loop
-reads and writes the same tensors through numpy views, which costs nothing to take and keeps its
-per-step cost that of numpy on small arrays.
+once back (:meth:`Collector.env_actions`). For a numpy env on the CPU, the episode collector's
+host-actor loop and the step collector's bookkeeping read the records' own arrays
+(:meth:`Step.numpy` gives them back for free) and write the same tensors through numpy views,
+which keeps their per-step cost that of numpy on small arrays.
 """
 
 from __future__ import annotations
