@@ -280,3 +280,25 @@ def test_cuda_policy_on_a_numpy_port_moves_each_record_once() -> None:
     batch = EpisodeCollector(vec, groups, 2, 4, device="cuda", seed=0).collect(policy)
     assert batch["obs"].device.type == "cuda" and batch["rewards"].device.type == "cuda"
     assert float(batch["rewards"].sum()) > 0
+
+
+def test_a_numpy_record_shares_its_arrays_until_copied() -> None:
+    """``Step.numpy`` on a numpy env's record gives back its own arrays (the CPU loops read them for
+    free); writes through either side are the same memory; a deep copy or pickle drops the link."""
+    import copy
+    import pickle
+
+    vec = CartPoleVec(3)
+    step = vec.reset([0, 1, 2])
+    host = step.numpy()
+    assert step.numpy() is host and np.shares_memory(host.obs, step.obs.numpy())
+    other = vec.reset([5], [1])
+    dup = step.copy()
+    dup.put([1], other)  # numpy on both sides: written in numpy, seen by the tensors
+    assert torch.equal(dup.obs[1], other.obs[0]) and torch.equal(dup.obs[0], step.obs[0])
+    dup.put(torch.tensor([2]), other.to("cpu"))
+    assert torch.equal(dup.obs[2], other.obs[0])
+    for clone in (copy.deepcopy(step), pickle.loads(pickle.dumps(step))):
+        assert torch.equal(clone.obs, step.obs) and not np.shares_memory(clone.numpy().obs, host.obs)
+    replaced = step.rows([0, 1, 2])  # a derived record has no arrays of its own
+    assert not np.shares_memory(replaced.numpy().obs, host.obs)

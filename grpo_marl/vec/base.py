@@ -116,6 +116,10 @@ class Step:
         default=None, init=False, repr=False, compare=False
     )
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a pickled or deep-copied record no longer shares memory with the arrays it came from
+        return {**self.__dict__, "_host": None}
+
     @property
     def device(self) -> torch.device:
         return self.obs.device
