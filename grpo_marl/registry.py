@@ -311,10 +311,8 @@ def _load_defaults(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         bases = [bases]
     if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
         raise ValueError(f"env defaults file {path}: 'defaults' must be a list of file names, e.g. [_text]")
-    merged = OmegaConf.create()
-    for base in bases:
-        merged = OmegaConf.merge(merged, _load_defaults(path.parent / f"{base}.yaml", (*seen, path)))
-    out = OmegaConf.to_container(OmegaConf.merge(merged, data))
+    layers = [_load_defaults(path.parent / f"{base}.yaml", (*seen, path)) for base in bases]
+    out = OmegaConf.to_container(OmegaConf.merge(*layers, data) if layers else OmegaConf.create(data))
     assert isinstance(out, dict)
     return {str(k): v for k, v in out.items()}
 
