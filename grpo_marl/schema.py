@@ -112,7 +112,7 @@ def _aggregations() -> tuple[str, ...]:
 def _group_modes() -> tuple[str, ...]:
     from grpo_marl.groups import GROUP_MODES
 
-    return GROUP_MODES
+    return tuple(GROUP_MODES.names())
 
 
 BOOL = Key("bool")
