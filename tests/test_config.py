@@ -218,6 +218,7 @@ def test_every_key_of_every_config_file_is_declared() -> None:
     from omegaconf import OmegaConf
 
     from grpo_marl import schema
+    from grpo_marl.registry import load_defaults
 
     root = Path(__file__).resolve().parents[1]
     conf = root / "grpo_marl" / "conf"
@@ -234,7 +235,7 @@ def test_every_key_of_every_config_file_is_declared() -> None:
     env_files = sorted((root / "envs" / "conf").glob("*.yaml"))
     assert env_files
     for path in env_files:
-        for section, overrides in OmegaConf.to_container(OmegaConf.load(path)).items():
+        for section, overrides in load_defaults(path).items():
             algo = section if section in schema.ALGO else "grpo"
             checked += [(algo, k) for k in _leaf_keys(overrides)]
     missing = sorted({f"{key} (algo={algo})" for algo, key in checked if key not in schema.declared(algo)})
