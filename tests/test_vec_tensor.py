@@ -19,7 +19,13 @@ import pytest
 import torch
 
 import grpo_marl
-from grpo_marl.collectors import EpisodeCollector, StepCollector, StreamingCollector, evaluate_policy
+from grpo_marl.collectors import (
+    EpisodeCollector,
+    StateGroupCollector,
+    StepCollector,
+    StreamingCollector,
+    evaluate_policy,
+)
 from grpo_marl.errors import EnvError
 from grpo_marl.groups import AgentGroups
 from grpo_marl.policies.mlp import ActorPolicy
@@ -171,7 +177,7 @@ class Conversions:
 
 def _collectors(vec: TorchCartPoleVec, groups: AgentGroups, device: str) -> Iterator[tuple[str, Any]]:
     yield "episodes-seed", EpisodeCollector(vec, groups, 4, 4, mode="seed", device=device, seed=0)
-    yield "episodes-state", EpisodeCollector(vec, groups, 4, 4, mode="state", device=device, seed=0)
+    yield "episodes-state", StateGroupCollector(vec, groups, 4, 4, mode="state", device=device, seed=0)
     yield "stream", StreamingCollector(vec, groups, 4, 4, device=device, seed=0)
     yield "steps", StepCollector(vec, groups, n_steps=64, device=device, seed=0)
 
