@@ -37,18 +37,19 @@ from grpo_marl.vec import make_vec_env
 
 
 def bare_loop(vec, policy: ActorPolicy, steps: int) -> float:
-    """Vector steps/s x num_envs of act + step (+ resetting finished envs) only."""
+    """Vector steps/s x num_envs of act + step (+ resetting finished envs) only: the records are
+    tensors on the env's device, handed to the policy as they are."""
     step = vec.reset(list(range(vec.num_envs)))
     obs = step.obs
     t0 = time.perf_counter()
     with torch.no_grad():
         for k in range(steps):
-            action, _ = policy.act(torch.as_tensor(obs))
-            step = vec.step(policy.to_env(action))
+            action, _ = policy.act(obs)
+            step = vec.step(policy.env_actions(action))
             obs = step.obs
-            done = np.flatnonzero(step.env_done)
-            if len(done):
-                obs = obs.copy()
+            if bool(step.env_done.any()):
+                done = step.env_done.nonzero()[:, 0].tolist()
+                obs = obs.clone()
                 obs[done] = vec.reset([k] * len(done), done).obs
     return steps * vec.num_envs / (time.perf_counter() - t0)
 

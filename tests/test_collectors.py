@@ -9,7 +9,13 @@ import torch
 
 from grpo_marl.algos.grpo import GRPO
 from grpo_marl.batch import Batch
-from grpo_marl.collectors import EpisodeCollector, StepCollector, evaluate_policy
+from grpo_marl.collectors import (
+    EpisodeCollector,
+    StateGroupCollector,
+    StepCollector,
+    episode_collector,
+    evaluate_policy,
+)
 from grpo_marl.errors import NonFiniteError, UserInputError
 from grpo_marl.groups import AgentGroups
 from grpo_marl.policies.mlp import ActorPolicy
@@ -33,7 +39,7 @@ def make_collector(
 ) -> tuple[EpisodeCollector, ActorPolicy]:
     vec = make_vec_env(get_spec(env), NG * G, vectorization=vectorization)
     policy = policy_for(vec, seed)
-    return EpisodeCollector(vec, policy.groups, NG, G, mode=mode, seed=seed, env_name=env, **kwargs), policy
+    return episode_collector(vec, policy.groups, NG, G, mode=mode, seed=seed, env_name=env, **kwargs), policy
 
 
 def score(policy: ActorPolicy, batch: Batch) -> torch.Tensor:
@@ -202,8 +208,25 @@ def test_state_mode_needs_snapshots() -> None:
     vec = NoSnapshots(CartPoleVec(4))
     groups = AgentGroups.from_layout(vec.layout)
     with pytest.raises(SnapshotUnsupported, match="vectorization=sync"):
-        EpisodeCollector(vec, groups, 2, 2, mode="state")
+        StateGroupCollector(vec, groups, 2, 2, mode="state")
     EpisodeCollector(vec, groups, 2, 2, mode="seed")  # seed groups need none
+
+
+def test_each_group_mode_has_its_collector() -> None:
+    """``state`` groups are the state collector's (snapshots, an archive, branch metrics) and the
+    other modes the episode collector's; each refuses the other's modes, naming the right class."""
+    vec = CartPoleVec(4)
+    groups = AgentGroups.from_layout(vec.layout)
+    assert type(episode_collector(vec, groups, 2, 2, mode="state")) is StateGroupCollector
+    assert type(episode_collector(vec, groups, 2, 2, mode="seed")) is EpisodeCollector
+    with pytest.raises(
+        UserInputError, match="starts members from env snapshots: collect it with .*StateGroupCollector"
+    ):
+        EpisodeCollector(vec, groups, 2, 2, mode="state")
+    with pytest.raises(UserInputError, match="does not branch from snapshots: collect it with .*EpisodeCollector"):
+        StateGroupCollector(vec, groups, 2, 2, mode="seed")
+    with pytest.raises(UserInputError, match="unknown group mode 'sead'.*Did you mean seed"):
+        episode_collector(vec, groups, 2, 2, mode="sead")
 
 
 def test_collector_checks_vector_width_and_group_mode() -> None:

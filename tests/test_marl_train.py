@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_marl.collectors import EpisodeCollector
+from grpo_marl.collectors import EpisodeCollector, episode_collector
 from grpo_marl.groups import AgentGroups
 from grpo_marl.policies.mlp import ActorPolicy
 from grpo_marl.registry import get_spec
@@ -89,7 +89,7 @@ def _collector(name: str, mode: str, n_groups: int = 2, g: int = 2, **kw) -> tup
     vec = make_vec_env(get_spec(name), n_groups * g, kw, vectorization="sync")
     groups = AgentGroups.from_layout(vec.layout)
     torch.manual_seed(0)
-    return EpisodeCollector(vec, groups, n_groups, g, mode=mode, seed=3, env_name=name), ActorPolicy(groups)
+    return episode_collector(vec, groups, n_groups, g, mode=mode, seed=3, env_name=name), ActorPolicy(groups)
 
 
 def test_batch_layout_seed_groups() -> None:

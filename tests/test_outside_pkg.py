@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, _subprocess_env
+from tests.torch_envs import numpy_records
 
 OUTSIDE = Path(__file__).parent / "outside_pkg"
 TINY = ["env=cartpole", "total_steps=2000", "algo.num_groups=2", "algo.group_size=4", "eval.episodes=2"]
@@ -121,8 +122,8 @@ def _random_return(episodes: int = 2000) -> float:
     step, total = vec.reset(list(range(episodes))), np.zeros(episodes)
     rng = np.random.default_rng(0)
     while not step.env_done.all():
-        step = vec.step(rng.integers(0, 3, (episodes, 1)))
-        total += step.rewards[:, 0]
+        step = vec.step(torch.from_numpy(rng.integers(0, 3, (episodes, 1))))
+        total += step.rewards[:, 0].numpy()
     return float(total.mean())
 
 
@@ -133,7 +134,11 @@ def _optimal_actions(obs: np.ndarray) -> np.ndarray:
 
 def test_chain_vec_keeps_the_vector_env_contract() -> None:
     chain = _outside("grpo_marl_outside.chain")
-    vec = chain.ChainVec(chain.chain(slip=0.3), 6)
+    raw = chain.ChainVec(chain.chain(slip=0.3), 6)
+    record = raw.reset(list(range(6)))  # the tensor contract: CPU tensors of the contract dtypes
+    assert record.obs.dtype == torch.float32 and record.env_done.dtype == torch.bool and raw.backend == "numpy"
+    assert raw.step(torch.ones((6, 1), dtype=torch.long)).rewards.dtype == torch.float32
+    vec = numpy_records(raw)  # the checks below read the records as numpy
     first = vec.reset([7, 7, 7, 8, 9, None])
     assert first.obs.shape == (6, 1, 2) and first.obs.dtype == np.float32 and first.alive.all()
     assert (first.obs[0] == first.obs[1]).all() and (first.obs[1] == first.obs[2]).all()  # seed groups

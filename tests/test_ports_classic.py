@@ -22,6 +22,7 @@ import pytest
 from grpo_marl.errors import EnvError, UserInputError
 from grpo_marl.vec.ports import port_class
 from grpo_marl.vec.ports.classic import AcrobotVec, CartPoleVec, MountainCarContinuousVec, MountainCarVec, PendulumVec
+from tests.torch_envs import numpy_records
 
 
 def _cartpole(obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -140,7 +141,7 @@ def _run_against_gym(case: Case, num_envs: int, steps: int, max_episode_steps: i
     """Step the port and the reference side by side; finished envs are reset at once with fresh
     seeds (some repeated) while the others keep running. Returns episode-end counts."""
     rng = np.random.default_rng(2024)
-    vec = case.cls(num_envs, max_episode_steps=max_episode_steps, **case.kwargs)
+    vec = numpy_records(case.cls(num_envs, max_episode_steps=max_episode_steps, **case.kwargs))
     ref = Reference(case, num_envs, max_episode_steps)
     seeds: list[int | None] = [0, 1, 1, 2, 3, 3][:num_envs]
     first = vec.reset(seeds)
@@ -255,7 +256,7 @@ def test_one_step_bit_exact_over_the_state_space(case: Case) -> None:
         obs.append(o)
         rew.append(r)
         term.append(t)
-    vec = case.cls(n, **case.kwargs)
+    vec = numpy_records(case.cls(n, **case.kwargs))
     fresh = np.array([s.dtype == np.float64 for s in states]) & (case.env_id == "MountainCarContinuous-v0")
     s, o, r, t = vec._advance(np.array(states, np.float64), vec._decode(actions, np.zeros(n, bool)), fresh)
     np.testing.assert_array_equal(s, np.array(new_states))
@@ -274,7 +275,7 @@ def test_time_limit_truncation_equals_gymnasium(env_id: str) -> None:
 def test_termination_on_the_last_step_is_also_truncated(env_id: str) -> None:
     """Gymnasium's TimeLimit sets truncated on the limit step even when the env terminates there."""
     case = BY_ENV[env_id]
-    vec = case.cls(1)
+    vec = numpy_records(case.cls(1))
     obs = vec.reset([5]).obs[:, 0]
     rng = np.random.default_rng(0)
     n = 0
@@ -285,7 +286,7 @@ def test_termination_on_the_last_step_is_also_truncated(env_id: str) -> None:
         if step.env_done[0]:
             break
     assert step.terminated[0, 0]
-    vec = case.cls(1, max_episode_steps=n)
+    vec = numpy_records(case.cls(1, max_episode_steps=n))
     ref = Reference(case, 1, max_episode_steps=n)
     obs = vec.reset([5]).obs[:, 0]
     ref.reset([5], [0])
@@ -302,7 +303,7 @@ def test_termination_on_the_last_step_is_also_truncated(env_id: str) -> None:
 def test_registration_and_layout(env_id: str) -> None:
     cls = BY_ENV[env_id].cls
     assert port_class(env_id) is cls
-    vec = cls(3)
+    vec = numpy_records(cls(3))
     env = gym.make(env_id)
     assert vec.name == env_id
     assert vec.max_episode_steps == env.spec.max_episode_steps
@@ -325,7 +326,7 @@ def test_done_envs_are_frozen(env_id: str) -> None:
     rewards, until it is reset; the others keep matching Gymnasium."""
     case = BY_ENV[env_id]
     n = 4
-    vec = case.cls(n, max_episode_steps=None if case.terminates else 30)
+    vec = numpy_records(case.cls(n, max_episode_steps=None if case.terminates else 30))
     ref = Reference(case, n, None if case.terminates else 30)
     seeds = [10, 11, 12, 13]
     obs = vec.reset(seeds).obs[:, 0]
@@ -363,7 +364,7 @@ def test_snapshot_restore_replays_exactly(env_id: str, at: int) -> None:
     same trajectory under the same actions, and the snapshot stays reusable."""
     case = BY_ENV[env_id]
     n = 5
-    vec = case.cls(n)
+    vec = numpy_records(case.cls(n))
     obs = vec.reset([3, 4, 5, 6, 7]).obs[:, 0]
     rng = np.random.default_rng(3)
     for _ in range(at):
@@ -389,7 +390,7 @@ def test_snapshot_restore_replays_exactly(env_id: str, at: int) -> None:
 def test_reset_without_seed_continues_the_generator(env_id: str) -> None:
     """``reset(None)`` draws from the env's generator like Gymnasium's, also after a restore."""
     case = BY_ENV[env_id]
-    vec = case.cls(3)
+    vec = numpy_records(case.cls(3))
     ref = Reference(case, 1)
     vec.reset([21, 22, 23])
     snap = vec.snapshot([0])
@@ -404,7 +405,7 @@ def test_reset_without_seed_continues_the_generator(env_id: str) -> None:
 @pytest.mark.parametrize("env_id", list(BY_ENV))
 def test_get_state_set_state_resumes_exactly(env_id: str) -> None:
     case = BY_ENV[env_id]
-    vec = case.cls(4, max_episode_steps=25)
+    vec = numpy_records(case.cls(4, max_episode_steps=25))
     obs = vec.reset([1, 2, 3, 3]).obs[:, 0]
     rng = np.random.default_rng(5)
     for _ in range(20):
@@ -424,7 +425,7 @@ def test_get_state_set_state_resumes_exactly(env_id: str) -> None:
         return out
 
     first = play(vec)
-    other = case.cls(4, max_episode_steps=25)
+    other = numpy_records(case.cls(4, max_episode_steps=25))
     other.set_state(state)
     second = play(other)
     assert len(first) == len(second)
@@ -449,14 +450,14 @@ def test_unsupported_kwargs_are_refused(cls: type, kwargs: dict[str, Any], named
 
 
 def test_bad_inputs_are_named() -> None:
-    vec = AcrobotVec(2)
+    vec = numpy_records(AcrobotVec(2))
     vec.reset([0, 1])
     with pytest.raises(EnvError, match="outside Discrete"):
         vec.step(np.array([[0], [3]]))
     with pytest.raises(UserInputError, match="seeds"):
         vec.reset([0])
     with pytest.raises(UserInputError, match="shape"):
-        pendulum = PendulumVec(2)
+        pendulum = numpy_records(PendulumVec(2))
         pendulum.reset([0, 1])
         pendulum.step(np.zeros((2, 1)))
     with pytest.raises(UserInputError, match="snapshot"):

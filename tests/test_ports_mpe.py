@@ -20,6 +20,7 @@ from grpo_marl.errors import EnvError, UserInputError
 from grpo_marl.vec.base import Step
 from grpo_marl.vec.ports import PORTS, port_class
 from grpo_marl.vec.ports.mpe import SimpleReferenceVec, SimpleSpeakerListenerVec, SimpleSpreadVec, SimpleVec
+from tests.torch_envs import numpy_records
 
 CLASSES = {
     "simple_spread_v3": SimpleSpreadVec,
@@ -171,7 +172,7 @@ def test_spaces_and_layout_match_mpe2(name):
 
 
 def test_seed_none_continues_the_env_generator_like_mpe2():
-    vec = SimpleReferenceVec(2)
+    vec = numpy_records(SimpleReferenceVec(2))
     env = _mpe2("simple_reference_v3")
     vec.reset([8, 9])
     env.reset(seed=8)
@@ -184,7 +185,7 @@ def test_seed_none_continues_the_env_generator_like_mpe2():
 def test_terminate_on_success_matches_mpe2():
     """Both envs put every agent on its landmark; the next step ends the episode by termination."""
     kwargs = {"terminate_on_success": True}
-    vec = SimpleSpreadVec(2, **kwargs)
+    vec = numpy_records(SimpleSpreadVec(2, **kwargs))
     env = _mpe2("simple_spread_v3", **kwargs)
     vec.reset([4, 5])
     env.reset(seed=4)
@@ -205,7 +206,7 @@ def test_terminate_on_success_matches_mpe2():
 
 
 def test_curriculum_stage_zero_drops_the_collision_penalty():
-    vec = SimpleSpreadVec(1, curriculum=True)
+    vec = numpy_records(SimpleSpreadVec(1, curriculum=True))
     env = _mpe2("simple_spread_v3", curriculum=True)
     vec.reset([2])
     env.reset(seed=2)
@@ -291,7 +292,7 @@ def test_get_state_set_state_round_trip(name):
 
 
 def test_done_rows_ignore_their_actions_and_keep_the_final_observation():
-    vec = SimpleSpreadVec(2, max_cycles=2)
+    vec = numpy_records(SimpleSpreadVec(2, max_cycles=2))
     vec.reset([0, 1])
     a = np.zeros((2, 3), np.int64)
     vec.step(a)
@@ -324,7 +325,7 @@ def test_bad_kwargs_name_the_kwarg(cls, kwargs, named):
 
 
 def test_max_episode_steps_overrides_max_cycles():
-    vec = SimpleReferenceVec(1, max_episode_steps=3)
+    vec = numpy_records(SimpleReferenceVec(1, max_episode_steps=3))
     assert vec.max_episode_steps == 3
     vec.reset([0])
     steps = [vec.step(np.zeros((1, 2), np.int64)) for _ in range(3)]

@@ -21,6 +21,7 @@ from grpo_marl.vec.ports.classic import PendulumVec
 from grpo_marl.vec.ports.mpe import SimpleSpreadVec
 from grpo_marl.vec.snapshot import restore_env, snapshot_env
 from grpo_marl.vec.workers import WorkerVec
+from tests.torch_envs import numpy_records
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -48,7 +49,7 @@ def build(name: str, num_envs: int, max_steps: int) -> VecEnv:
     env, how = ENVS[name]
     spec = get_spec(env)
     limit = {"max_cycles": max_steps} if spec.kind == "pettingzoo" else {"max_episode_steps": max_steps}
-    vec = make_vec_env(spec, num_envs, limit, vectorization=how)
+    vec = numpy_records(make_vec_env(spec, num_envs, limit, vectorization=how))
     assert vec.max_episode_steps == max_steps
     return vec
 
@@ -63,7 +64,7 @@ def controller(vec: VecEnv, seed: int) -> Callable[[np.ndarray, int], np.ndarray
     rng = np.random.default_rng(seed)
     seq = []
     for _ in range(200):
-        a = lay.action_array(1)[0]
+        a = lay.action_array(1)[0].numpy()
         for j, space in enumerate(lay.action_spaces):
             if lay.continuous:
                 a[j, : lay.action_dims[j]] = rng.uniform(space.low, space.high).astype(np.float32)
@@ -219,7 +220,9 @@ def test_trajectories_equal_single_gymnasium_envs(gym_id: str, vectorization: st
     observation, zero reward, ``env_done``) until it is reset, here one full step later."""
     max_steps = 12
     n = 3
-    vec = make_vec_env(get_spec(f"gym:{gym_id}"), n, {"max_episode_steps": max_steps}, vectorization=vectorization)
+    vec = numpy_records(
+        make_vec_env(get_spec(f"gym:{gym_id}"), n, {"max_episode_steps": max_steps}, vectorization=vectorization)
+    )
     singles = [gym.make(gym_id, max_episode_steps=max_steps) for _ in range(n)]
     exact = vectorization in ("sync", "async")  # batched numpy may differ from math.sin/cos in the last bit
 
@@ -238,7 +241,7 @@ def test_trajectories_equal_single_gymnasium_envs(gym_id: str, vectorization: st
         frozen: dict[int, tuple[int, np.ndarray]] = {}  # env -> (step it ended, final obs)
         dones = 0
         for k in range(60):
-            actions = vec.layout.action_array(n)
+            actions = vec.layout.action_array(n).numpy()
             for i in range(n):
                 actions[i, 0] = _sample(space, rng)
             out = vec.step(actions)
@@ -355,7 +358,7 @@ def test_make_vec_env_choice(name: str, vectorization: str, cls: type | None, li
 
 
 def test_native_cartpole_takes_the_env_kwargs_time_limit() -> None:
-    vec = make_vec_env(get_spec("cartpole"), 2, {"max_episode_steps": 7}, vectorization="native")
+    vec = numpy_records(make_vec_env(get_spec("cartpole"), 2, {"max_episode_steps": 7}, vectorization="native"))
     assert not isinstance(vec, (LocalVec, WorkerVec)) and vec.max_episode_steps == 7
     step = vec.reset([1, 2])
     for _ in range(7):
@@ -372,8 +375,10 @@ def test_native_unavailable_is_explained() -> None:
 def test_multi_agent_env_failure_names_env_index_and_seed(vectorization: str) -> None:
     """A PettingZoo env raising in this process or in a worker process comes back as one
     :class:`EnvError` (a clean training stop) naming the env, the vector index and the reset seed."""
-    vec = make_vec_env(get_spec("tests.failing_envs:crash_marl"), 3, {"after": 4}, vectorization=vectorization)
-    assert isinstance(vec, WorkerVec if vectorization == "async" else LocalVec)
+    vec = numpy_records(
+        make_vec_env(get_spec("tests.failing_envs:crash_marl"), 3, {"after": 4}, vectorization=vectorization)
+    )
+    assert isinstance(vec.vec, WorkerVec if vectorization == "async" else LocalVec)
     try:
         assert vec.reset([7, 8, 9]).alive.all()
         with pytest.raises(EnvError, match=r"env 'tests.failing_envs:crash_marl' failed during step") as info:
@@ -388,11 +393,11 @@ def test_multi_agent_env_failure_names_env_index_and_seed(vectorization: str) ->
 @pytest.mark.parametrize("vectorization", ["sync", "async"])
 def test_multi_dimensional_box_action_reaches_the_env_in_its_shape(vectorization: str) -> None:
     """Box actions travel flat in ``[E, A, k]``; a 2 x 2 Box reaches the env as 2 x 2, row-major."""
-    vec = make_vec_env(get_spec("tests.custom_envs:matrix_action"), 2, vectorization=vectorization)
+    vec = numpy_records(make_vec_env(get_spec("tests.custom_envs:matrix_action"), 2, vectorization=vectorization))
     try:
         assert vec.layout.action_dims == (4,) and vec.layout.action_array(2).shape == (2, 1, 4)
         vec.reset([0, 1])
-        actions = vec.layout.action_array(2)
+        actions = vec.layout.action_array(2).numpy()
         actions[:, 0] = [[0.1, 0.2, 0.3, 0.4], [0.0, -0.5, 0.5, 0.0]]
         out = vec.step(actions)
         np.testing.assert_allclose(out.rewards[:, 0], [0.2 - 0.3, -0.5 - 0.5], rtol=1e-6)

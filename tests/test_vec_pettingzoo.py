@@ -19,6 +19,7 @@ from grpo_marl.vec import VecEnv, make_vec_env
 from grpo_marl.vec.drivers import PettingZooDriver
 from grpo_marl.vec.local import LocalVec
 from grpo_marl.vec.workers import WorkerVec
+from tests.torch_envs import numpy_records
 from tests.toy_marl import ToyLeaveEnv
 
 
@@ -36,7 +37,7 @@ def test_toy_env_is_api_compliant() -> None:
 
 
 def test_layout_pads_heterogeneous_agents() -> None:
-    vec = make_vec_env(get_spec("simple_speaker_listener"), 4, vectorization="sync", with_state=True)
+    vec = numpy_records(make_vec_env(get_spec("simple_speaker_listener"), 4, vectorization="sync", with_state=True))
     step = vec.reset([0, 0, 1, 1])
     lay = vec.layout
     assert vec.agents == ("speaker_0", "listener_0")
@@ -53,7 +54,7 @@ def test_layout_pads_heterogeneous_agents() -> None:
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_agents_leaving_and_action_masks(num_workers: int) -> None:
-    vec = toy_vec(2, num_workers)
+    vec = numpy_records(toy_vec(2, num_workers))
     step = vec.reset([0, 0])
     assert step.alive.all()
     assert step.action_mask is not None
@@ -117,9 +118,9 @@ def test_centralized_state_is_refused_for_an_env_without_one() -> None:
 
 def test_workers_match_in_process_and_move_snapshots() -> None:
     spec = get_spec("simple_spread")
-    local = make_vec_env(spec, 4, vectorization="sync", with_state=True)
-    remote = make_vec_env(spec, 4, vectorization="async", with_state=True, num_workers=2)
-    assert isinstance(local, LocalVec) and isinstance(remote, WorkerVec) and len(remote._procs) == 2
+    local = numpy_records(make_vec_env(spec, 4, vectorization="sync", with_state=True))
+    remote = numpy_records(make_vec_env(spec, 4, vectorization="async", with_state=True, num_workers=2))
+    assert isinstance(local.vec, LocalVec) and isinstance(remote.vec, WorkerVec) and len(remote._procs) == 2
     rng = np.random.default_rng(0)
     s1, s2 = local.reset([0, 1, 2, 3]), remote.reset([0, 1, 2, 3])
     np.testing.assert_array_equal(s1.obs, s2.obs)
@@ -160,7 +161,7 @@ def test_reference_policies_order() -> None:
 
 
 def test_random_policy_respects_masks_and_action_counts() -> None:
-    vec = toy_vec(3)
+    vec = numpy_records(toy_vec(3))
     step = vec.reset([0, 1, 2])
     groups = AgentGroups.from_layout(vec.layout)
     mask = torch.as_tensor(step.action_mask)
@@ -169,7 +170,7 @@ def test_random_policy_respects_masks_and_action_counts() -> None:
     assert set(acts[:, :, 1].unique().tolist()) == {0, 1, 2}
     vec.close()
     spec = get_spec("simple_speaker_listener")
-    vec = make_vec_env(spec, 50, vectorization="sync")
+    vec = numpy_records(make_vec_env(spec, 50, vectorization="sync"))
     step = vec.reset(list(range(50)))
     pol = RandomPolicy(AgentGroups.from_layout(vec.layout), 0)
     acts, _ = pol.act(torch.as_tensor(step.obs))

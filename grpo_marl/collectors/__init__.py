@@ -1,7 +1,9 @@
 """Collectors: play a vector env with the policy and hand the trainer a Batch.
 
 * :class:`~grpo_marl.collectors.episodes.EpisodeCollector`: GRPO's episode groups (``seed``,
-  ``state``, ``agent``, ``seed_agent``), all started together (``algo.rollout=batch``);
+  ``agent``, ``seed_agent``), all started together (``algo.rollout=batch``);
+* :class:`~grpo_marl.collectors.states.StateGroupCollector`: its subclass for group modes that
+  branch from env snapshots (``state``); :func:`episode_collector` picks one by the mode;
 * :class:`~grpo_marl.collectors.stream.StreamingCollector`: seed groups whose slots restart at
   once (``algo.rollout=stream``);
 * :class:`~grpo_marl.collectors.steps.StepCollector`: PPO's fixed horizon of streaming steps;
@@ -12,16 +14,19 @@ An algorithm names its collector (``Algorithm.collector``); :func:`make_collecto
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from omegaconf import DictConfig
 
 from grpo_marl.collectors.base import Collector, HostToDevice
 from grpo_marl.collectors.episodes import EpisodeCollector
 from grpo_marl.collectors.evaluate import evaluate_policy
+from grpo_marl.collectors.states import StateGroupCollector
 from grpo_marl.collectors.steps import StepCollector
 from grpo_marl.collectors.stream import StreamingCollector
 from grpo_marl.errors import UserInputError
-from grpo_marl.groups import AgentGroups
+from grpo_marl.groups import AgentGroups, group_mode
 from grpo_marl.policies.base import ActingPolicy
 from grpo_marl.vec.base import VecEnv
 
@@ -39,7 +44,7 @@ def make_collector(
     if name != "episodes":
         raise UserInputError(f"unknown collector {name!r}; choose one of {', '.join(COLLECTORS)}")
     max_steps = cfg.vec.max_steps
-    if str(a.get("rollout", "batch")) == "stream":
+    if str(a.rollout) == "stream":
         if str(a.group_mode) != "seed":
             raise UserInputError(
                 f"algo.rollout=stream streams seed groups; algo.group_mode={a.group_mode} needs algo.rollout=batch"
@@ -54,29 +59,59 @@ def make_collector(
             seed=seed,
             env_name=env_name,
         )
-    return EpisodeCollector(
+    return episode_collector(
         vec,
         groups,
         num_groups=int(a.num_groups),
         group_size=int(a.group_size),
         mode=str(a.group_mode),
         max_steps=max_steps,
-        branch_horizon=int(a.get("branch_horizon", 0) or 0),
-        state_reset_frac=float(a.get("state_reset_frac", 0.25)),
+        branch_horizon=int(a.branch_horizon),
+        state_reset_frac=float(a.state_reset_frac),
         device=dev,
         seed=seed,
         env_name=env_name,
     )
 
 
+def episode_collector(
+    vec: VecEnv,
+    groups: AgentGroups,
+    num_groups: int,
+    group_size: int,
+    *,
+    mode: str = "seed",
+    branch_horizon: int = 0,
+    state_reset_frac: float = 0.25,
+    **kwargs: Any,
+) -> EpisodeCollector:
+    """The episode collector of group mode ``mode``: :class:`StateGroupCollector` for a mode that
+    starts members from snapshots (``state``), else :class:`EpisodeCollector`. ``kwargs`` are the
+    collectors' common arguments (``device``, ``seed``, ``max_steps``, ``env_name``, ``host``)."""
+    if group_mode(mode).snapshots:
+        return StateGroupCollector(
+            vec,
+            groups,
+            num_groups,
+            group_size,
+            mode=mode,
+            branch_horizon=branch_horizon,
+            state_reset_frac=state_reset_frac,
+            **kwargs,
+        )
+    return EpisodeCollector(vec, groups, num_groups, group_size, mode=mode, **kwargs)
+
+
 __all__ = [
     "COLLECTORS",
     "Collector",
     "EpisodeCollector",
+    "StateGroupCollector",
     "HostToDevice",
     "StepCollector",
     "StreamingCollector",
     "ActingPolicy",
+    "episode_collector",
     "evaluate_policy",
     "make_collector",
 ]

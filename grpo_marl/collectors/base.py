@@ -1,11 +1,20 @@
-"""What every collector shares: preallocated ``[T, E, A, ...]`` storage, host-to-device copies,
-non-finite checks, the env-step counter and resumable state.
+"""What every collector shares: preallocated ``[T, E, A, ...]`` storage, the one move of each
+step record onto the policy's device, non-finite checks, the env-step counter and resumable state.
 
 Collectors play a :class:`~grpo_marl.vec.base.VecEnv` with a policy and hand the trainer a
 :class:`~grpo_marl.batch.Batch` of rollout rows ``[B, T, ...]``: one row per (env episode, agent),
 arranged so that the members of each GRPO group are contiguous (see :mod:`grpo_marl.groups`).
 The hot loop does one batched policy call and one vector step per time step, writing into
 storage allocated once; there is no per-env Python work.
+
+Storage is torch tensors on the collector's (the policy's) device, all of it. A vector env's
+records are tensors on *its* device (:mod:`grpo_marl.vec.base`): when both devices are the same
+(a numpy env and a CPU policy, a torch env and a policy on its GPU) a record is used as it is, with
+no copy; otherwise it is moved once per step (:meth:`Collector.to_collector`), and the actions
+once back (:meth:`Collector.env_actions`). For a numpy env on the CPU, the episode collector's
+host-actor loop and the step collector's bookkeeping read the records' own arrays
+(:meth:`Step.numpy` gives them back for free) and write the same tensors through numpy views,
+which keeps their per-step cost that of numpy on small arrays.
 """
 
 from __future__ import annotations
@@ -19,8 +28,8 @@ from torch import Tensor
 
 from grpo_marl.batch import Batch
 from grpo_marl.errors import NonFiniteError
-from grpo_marl.policies.base import Policy
-from grpo_marl.vec.base import Step, VecEnv
+from grpo_marl.policies.base import ActingPolicy, Policy
+from grpo_marl.vec.base import Step, VecEnv, canonical_device
 
 
 class HostToDevice:
@@ -29,7 +38,8 @@ class HostToDevice:
     On CUDA the array is staged in one reused pinned buffer and copied with ``non_blocking``
     (a pageable ``as_tensor(..., device=cuda)`` waits for the copy, and for every kernel queued
     before it). A CUDA event guards the buffer: it is rewritten only once its last copy finished.
-    Elsewhere this is exactly ``torch.as_tensor(array, device=device)``.
+    Elsewhere this is exactly ``torch.as_tensor(array, device=device)``. The collectors use one
+    per field of a step record when a CPU vector env feeds a CUDA policy.
     """
 
     def __init__(self, device: torch.device | str) -> None:
@@ -37,10 +47,12 @@ class HostToDevice:
         self._buf: Tensor | None = None
         self._event: Any = None
 
-    def __call__(self, array: np.ndarray) -> Tensor:
+    def __call__(self, array: np.ndarray | Tensor) -> Tensor:
         if self.device.type != "cuda":
             return torch.as_tensor(array, device=self.device)
-        src = torch.from_numpy(np.ascontiguousarray(array))
+        if isinstance(array, Tensor) and array.device.type == "cuda":
+            return array.to(self.device)
+        src = array.contiguous() if isinstance(array, Tensor) else torch.from_numpy(np.ascontiguousarray(array))
         if self._buf is None or self._buf.shape != src.shape or self._buf.dtype != src.dtype:
             self._buf = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
             self._event = None
@@ -53,21 +65,35 @@ class HostToDevice:
         return out
 
 
+def env_actions(policy: ActingPolicy, actions: Tensor, device: torch.device) -> Tensor:
+    """``policy``'s ``actions`` as :meth:`VecEnv.step` takes them, on the env's ``device``.
+
+    A trained actor converts them in torch (``ActorPolicy.env_actions``: Box actions clipped), so
+    an env on the policy's device gets them with no copy at all; a policy that only offers the
+    numpy ``to_env`` (scripted references, benchmark peers) goes through it."""
+    convert = getattr(policy, "env_actions", None)
+    out = convert(actions) if convert is not None else torch.as_tensor(policy.to_env(actions))
+    return out.to(device)
+
+
 class Storage:
-    """``[T, E, A, ...]`` buffers: policy outputs on the device, env outputs on the host."""
+    """``[T, E, A, ...]`` buffers of one collection, every one a tensor on the collector's device."""
 
     def __init__(self, horizon: int, vec: VecEnv, policy: Policy, device: torch.device, extra: Sequence[str] = ()):
         lay = vec.layout
         t, e, a = horizon, vec.num_envs, lay.num_agents
-        obs_dtype = torch.uint8 if lay.obs_dtype == np.uint8 else torch.float32
-        self.obs = torch.zeros((t, e, a, *lay.obs_shape), dtype=obs_dtype, device=device)
+        self.obs = torch.zeros((t, e, a, *lay.obs_shape), dtype=lay.obs_torch_dtype, device=device)
         self.actions = torch.zeros((t, e, a, *policy.action_shape()), dtype=policy.action_dtype, device=device)
         self.logp = torch.zeros((t, e, a), dtype=torch.float32, device=device)
-        self.rewards = np.zeros((t, e, a), np.float32)
-        self.alive = np.zeros((t, e, a), bool)
-        self.action_mask = np.zeros((t, e, a, max(lay.max_actions, 1)), bool) if lay.has_action_mask else None
-        self.extra = {k: np.zeros((t, e, a), bool) for k in extra}
-        self.state = np.zeros((t, e, lay.state_dim), np.float32) if vec.with_state else None
+        self.rewards = torch.zeros((t, e, a), dtype=torch.float32, device=device)
+        self.alive = torch.zeros((t, e, a), dtype=torch.bool, device=device)
+        self.action_mask = (
+            torch.zeros((t, e, a, max(lay.max_actions, 1)), dtype=torch.bool, device=device)
+            if lay.has_action_mask
+            else None
+        )
+        self.extra = {k: torch.zeros((t, e, a), dtype=torch.bool, device=device) for k in extra}
+        self.state = torch.zeros((t, e, lay.state_dim), dtype=torch.float32, device=device) if vec.with_state else None
 
     @property
     def capacity(self) -> int:
@@ -78,9 +104,7 @@ class Storage:
         for name, value in vars(self).items():
             if isinstance(value, Tensor):
                 setattr(self, name, torch.cat([value, value.new_zeros(value.shape)]))
-            elif isinstance(value, np.ndarray):
-                setattr(self, name, np.concatenate([value, np.zeros_like(value)]))
-        self.extra = {k: np.concatenate([v, np.zeros_like(v)]) for k, v in self.extra.items()}
+        self.extra = {k: torch.cat([v, v.new_zeros(v.shape)]) for k, v in self.extra.items()}
 
 
 class Collector:
@@ -92,7 +116,7 @@ class Collector:
 
     def __init__(self, vec: VecEnv, device: torch.device | str, seed: int, env_name: str) -> None:
         self.vec = vec
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
         self.rng = np.random.default_rng(seed)
         # the noise of actions sampled on the host (grpo_marl/policies/host.py): its own stream,
         # so the reset seeds drawn from ``rng`` do not depend on how many actions were sampled
@@ -100,8 +124,12 @@ class Collector:
         self.env_name = env_name
         self.total_env_steps = 0
         self.env_seeds = np.full(vec.num_envs, -1, dtype=np.int64)  # reset seed of each env's episode
-        self.to_device = HostToDevice(self.device)
+        # one staging buffer per field for a CPU env feeding a CUDA policy (see HostToDevice)
+        self._h2d: dict[str, HostToDevice] = {}
         self.has_mask = vec.layout.has_action_mask
+        # a numpy env's CPU records are checked as numpy (cheaper on small arrays); a torch env's
+        # stay tensors (no numpy conversion on its path)
+        self._numpy_check = vec.backend == "numpy" and self.device.type == "cpu"
 
     def collect(self, policy: Policy) -> Batch:
         raise NotImplementedError
@@ -117,22 +145,74 @@ class Collector:
         return self.rng.integers(0, 2**31 - 1, size=n)
 
     def reset(self, seeds: np.ndarray, indices: np.ndarray | None = None) -> Step:
+        """Reset envs ``indices`` (all when None) with ``seeds``; their record on the collector's
+        device, checked."""
         if indices is None:
             self.env_seeds[:] = seeds
         else:
             self.env_seeds[indices] = seeds
         step = self.vec.reset([int(s) for s in seeds], None if indices is None else [int(i) for i in indices])
+        step = self.to_collector(step)
         self.check(step, "reset", indices)
         return step
 
+    def env_step(self, actions: Tensor) -> Step:
+        """One vector step with the policy's ``actions`` as the env takes them (see
+        :meth:`env_actions`); the record on the collector's device, checked."""
+        step = self.to_collector(self.vec.step(actions))
+        self.check(step, "step")
+        return step
+
+    def env_actions(self, policy: ActingPolicy, actions: Tensor) -> Tensor:
+        """``policy``'s sampled ``actions`` as this collector's vector env takes them."""
+        return env_actions(policy, actions, self.vec.device)
+
+    def to_collector(self, step: Step) -> Step:
+        """``step`` on the collector's device: itself when the env lives there (no copy); from a CPU
+        env to a CUDA policy through pinned staging buffers (no host synchronisation); else
+        ``Step.to``."""
+        if step.device == self.device:
+            return step
+        if step.device.type != "cpu" or self.device.type != "cuda":
+            return step.to(self.device)
+
+        def move(name: str, x: Tensor) -> Tensor:
+            if name not in self._h2d:
+                self._h2d[name] = HostToDevice(self.device)
+            return self._h2d[name](x)
+
+        return Step(
+            obs=move("obs", step.obs),
+            rewards=move("rewards", step.rewards),
+            terminated=move("terminated", step.terminated),
+            truncated=move("truncated", step.truncated),
+            alive=move("alive", step.alive),
+            env_done=move("env_done", step.env_done),
+            action_mask=None if step.action_mask is None else move("action_mask", step.action_mask),
+            state=None if step.state is None else move("state", step.state),
+        )
+
     def check(self, step: Step, during: str, rows: np.ndarray | None = None) -> None:
-        """Stop on a NaN/inf observation or reward, naming the env, vector index and reset seed."""
-        obs_ok = True if step.obs.dtype == np.uint8 else bool(np.isfinite(step.obs).all())
-        if obs_ok and bool(np.isfinite(step.rewards).all()):
+        """Stop on a NaN/inf observation or reward, naming the env, vector index and reset seed.
+
+        One reduction (and, on an accelerator, one synchronisation) per record; only when it
+        fails are the offending rows looked up."""
+        ok: bool
+        if step.obs.dtype == torch.uint8:
+            ok = bool(torch.isfinite(step.rewards).all())
+        elif self._numpy_check:  # numpy on the same memory: cheaper on small arrays
+            rec = step.numpy()
+            ok = bool(np.isfinite(rec.obs).all()) and bool(np.isfinite(rec.rewards).all())
+        else:
+            ok = bool(torch.isfinite(step.obs).all() & torch.isfinite(step.rewards).all())
+        if ok:
             return
-        flat_obs = step.obs.reshape(len(step.obs), -1)
-        bad_obs = np.zeros(len(step.obs), bool) if step.obs.dtype == np.uint8 else ~np.isfinite(flat_obs).all(1)
-        bad = np.flatnonzero(bad_obs | ~np.isfinite(step.rewards).all(1))
+        obs = step.obs.cpu()
+        rewards = step.rewards.cpu().numpy()
+        n = len(obs)
+        flat_obs = obs.reshape(n, -1).numpy()
+        bad_obs = np.zeros(n, bool) if obs.dtype == torch.uint8 else ~np.isfinite(flat_obs).all(1)
+        bad = np.flatnonzero(bad_obs | ~np.isfinite(rewards).all(1))
         k = int(bad[0])
         index = k if rows is None else int(rows[k])
         what = "observation" if bad_obs[k] else "reward"
@@ -143,13 +223,11 @@ class Collector:
         )
 
     def act(self, policy: Policy, step: Step) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        """Device observation (and mask) of ``step`` and the policy's actions/log-probs on it."""
-        obs_t = self.to_device(step.obs)
-        mask_t = None
-        if self.has_mask and step.action_mask is not None:
-            mask_t = torch.as_tensor(step.action_mask, device=self.device)
-        actions, logp = policy.act(obs_t, mask_t)
-        return obs_t, actions, logp, mask_t
+        """Observation (and mask) of ``step`` (a record on the collector's device) and the policy's
+        actions/log-probs on it."""
+        mask_t = step.action_mask if self.has_mask else None
+        actions, logp = policy.act(step.obs, mask_t)
+        return step.obs, actions, logp, mask_t
 
     # -- resume ------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

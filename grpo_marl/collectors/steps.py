@@ -66,50 +66,68 @@ class StepCollector(Collector):
         if self._step is None:
             self._step = self.reset(self.new_seeds(n))
         step = self._step
-        obs_dtype = torch.uint8 if lay.obs_dtype == np.uint8 else torch.float32
-        obs = torch.zeros((t_n, n, a, *lay.obs_shape), dtype=obs_dtype, device=dev)
+        obs = torch.zeros((t_n, n, a, *lay.obs_shape), dtype=lay.obs_torch_dtype, device=dev)
         actions_buf = torch.zeros((t_n, n, a, *policy.action_shape()), dtype=policy.action_dtype, device=dev)
         logp_buf = torch.zeros((t_n, n, a), device=dev)
-        rewards = np.zeros((t_n, n, a), np.float32)
-        alive = np.zeros((t_n, n, a), bool)
-        terminated = np.zeros((t_n, n, a), bool)
-        truncated = np.zeros((t_n, n, a), bool)
-        final_obs = np.zeros((t_n, n, a, *lay.obs_shape), lay.obs_dtype)
-        elapsed = np.zeros((t_n, n), np.float32)
-        masks = np.zeros((t_n, n, a, max(lay.max_actions, 1)), bool) if lay.has_action_mask else None
+        rewards = torch.zeros((t_n, n, a), dtype=torch.float32, device=dev)
+        alive = torch.zeros((t_n, n, a), dtype=torch.bool, device=dev)
+        terminated = torch.zeros((t_n, n, a), dtype=torch.bool, device=dev)
+        truncated = torch.zeros((t_n, n, a), dtype=torch.bool, device=dev)
+        final_obs = torch.zeros((t_n, n, a, *lay.obs_shape), dtype=lay.obs_torch_dtype, device=dev)
+        elapsed = torch.zeros((t_n, n), dtype=torch.float32, device=dev)
+        masks = (
+            torch.zeros((t_n, n, a, max(lay.max_actions, 1)), dtype=torch.bool, device=dev)
+            if lay.has_action_mask
+            else None
+        )
         states = final_states = None
         if vec.with_state:
-            states = np.zeros((t_n, n, lay.state_dim), np.float32)
-            final_states = np.zeros((t_n, n, lay.state_dim), np.float32)
+            states = torch.zeros((t_n, n, lay.state_dim), dtype=torch.float32, device=dev)
+            final_states = torch.zeros((t_n, n, lay.state_dim), dtype=torch.float32, device=dev)
+        # Per-step bookkeeping runs where the records are: for a numpy env on the CPU in numpy views
+        # of the same buffers (numpy's microseconds on small arrays, the records' own arrays), else
+        # in torch on the device (a torch env's records never leave it).
+        host = self._numpy_check
+        view: Any = (lambda x: None if x is None else x.numpy()) if host else (lambda x: x)
+        rewards_v, alive_v, term_v, trunc_v = view(rewards), view(alive), view(terminated), view(truncated)
+        final_v, elapsed_v, masks_v = view(final_obs), view(elapsed), view(masks)
+        states_v, final_states_v = view(states), view(final_states)
+        ep_return: Any = self.ep_return.copy() if host else torch.as_tensor(self.ep_return, device=dev)
+        ep_length: Any = self.ep_length.copy() if host else torch.as_tensor(self.ep_length, device=dev)
         finished_returns: list[float] = []
         finished_lengths: list[int] = []
         for t in range(t_n):
             obs_t, actions, logp, _ = self.act(policy, step)
             obs[t], actions_buf[t], logp_buf[t] = obs_t, actions, logp
-            alive[t] = step.alive
-            elapsed[t] = self.ep_length / self.horizon
-            if masks is not None and step.action_mask is not None:
-                masks[t] = step.action_mask
-            if states is not None and step.state is not None:
-                states[t] = step.state
-            step = vec.step(policy.to_env(actions))
-            self.check(step, "step")
-            rewards[t] = step.rewards
-            terminated[t] = step.terminated
-            truncated[t] = step.truncated
-            self.ep_return += step.rewards
-            self.ep_length += 1
-            done = np.flatnonzero(step.env_done)
-            if len(done):
-                final_obs[t, done] = step.obs[done]
-                if final_states is not None and step.state is not None:
-                    final_states[t, done] = step.state[done]
-                finished_returns.extend(self.ep_return[done].mean(1).tolist())
-                finished_lengths.extend(self.ep_length[done].tolist())
-                self.ep_return[done] = 0.0
-                self.ep_length[done] = 0
+            rec: Any = step.numpy() if host else step
+            alive_v[t] = rec.alive
+            # float64, then stored as float32
+            elapsed_v[t] = ep_length / self.horizon if host else ep_length.double() / self.horizon
+            if masks_v is not None and rec.action_mask is not None:
+                masks_v[t] = rec.action_mask
+            if states_v is not None and rec.state is not None:
+                states_v[t] = rec.state
+            step = self.env_step(self.env_actions(policy, actions))
+            rec = step.numpy() if host else step
+            rewards_v[t] = rec.rewards
+            term_v[t] = rec.terminated
+            trunc_v[t] = rec.truncated
+            ep_return += rec.rewards
+            ep_length += 1
+            if bool(rec.env_done.any()):
+                done = np.flatnonzero(rec.env_done) if host else rec.env_done.nonzero()[:, 0]
+                final_v[t, done] = rec.obs[done]
+                if final_states_v is not None and rec.state is not None:
+                    final_states_v[t, done] = rec.state[done]
+                finished_returns.extend(ep_return[done].mean(1).tolist())
+                finished_lengths.extend(ep_length[done].tolist())
+                ep_return[done] = 0.0
+                ep_length[done] = 0
+                rows = np.asarray(done.tolist(), dtype=np.int64)  # reset takes host indices
                 step = step.copy()
-                step.put(done, self.reset(self.new_seeds(len(done)), done))
+                step.put(rows, self.reset(self.new_seeds(len(rows)), rows))
+        self.ep_return = ep_return if host else ep_return.cpu().numpy()
+        self.ep_length = ep_length if host else ep_length.cpu().numpy()
         self._step = step
         self.total_env_steps += n * t_n
         self.recent_returns.extend(finished_returns)
@@ -124,19 +142,17 @@ class StepCollector(Collector):
             "truncated": rows_of(truncated, dev),
             "final_obs": rows_of(final_obs, dev),
             "agent": torch.arange(a, device=dev).repeat(n)[:, None].expand(n * a, t_n).contiguous(),
-            # broadcast over agents on the torch side: a numpy broadcast is a read-only view, which
-            # torch.from_numpy warns about (the rows are a fresh copy either way)
-            "time": rows_of(torch.from_numpy(elapsed)[:, :, None].expand(t_n, n, a), dev),
-            "next_obs": torch.as_tensor(step.obs, device=dev).reshape(n * a, *lay.obs_shape),
+            "time": rows_of(elapsed[:, :, None].expand(t_n, n, a), dev),
+            "next_obs": step.obs.reshape(n * a, *lay.obs_shape).clone(),
             "next_time": torch.as_tensor(np.repeat(self.ep_length / self.horizon, a), device=dev, dtype=torch.float32),
         }
         if masks is not None:
             data["action_mask"] = rows_of(masks, dev)
         if states is not None and final_states is not None and step.state is not None:
             shape = (t_n, n, a, lay.state_dim)
-            data["state"] = rows_of(torch.from_numpy(states)[:, :, None].expand(shape), dev)
-            data["final_state"] = rows_of(torch.from_numpy(final_states)[:, :, None].expand(shape), dev)
-            data["next_state"] = torch.as_tensor(np.repeat(step.state, a, axis=0), device=dev)
+            data["state"] = rows_of(states[:, :, None].expand(shape), dev)
+            data["final_state"] = rows_of(final_states[:, :, None].expand(shape), dev)
+            data["next_state"] = step.state.repeat_interleave(a, dim=0)
         metrics = {
             "rollout/steps": float(n * t_n),
             "rollout/episodes_finished": float(len(finished_returns)),
@@ -180,4 +196,4 @@ class StepCollector(Collector):
             return
         self.vec.reset([0] * self.vec.num_envs)  # initialise wrappers/bookkeeping, then overwrite
         self.vec.set_state(state["vec"])
-        self._step = state["step"].copy()
+        self._step = state["step"].to(self.device).copy()

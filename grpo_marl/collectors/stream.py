@@ -99,19 +99,18 @@ class StreamingCollector(Collector):
     def _alloc(self, policy: Policy) -> dict[str, Any]:
         if self._buf is None:
             n, t, a = self.vec.num_envs, self.max_steps, self.vec.layout.num_agents
-            lay = self.vec.layout
-            obs_dtype = torch.uint8 if lay.obs_dtype == np.uint8 else torch.float32
+            lay, dev = self.vec.layout, self.device
             self._buf = {
-                "obs": torch.zeros((n, t, a, *lay.obs_shape), dtype=obs_dtype, device=self.device),
+                "obs": torch.zeros((n, t, a, *lay.obs_shape), dtype=lay.obs_torch_dtype, device=dev),
                 "actions": torch.zeros(
                     (n, t, a, *policy.action_shape()), dtype=policy.action_dtype, device=self.device
                 ),
                 "logp": torch.zeros((n, t, a), dtype=torch.float32, device=self.device),
-                "rewards": np.zeros((n, t, a), dtype=np.float32),
-                "alive": np.zeros((n, t, a), dtype=bool),
+                "rewards": torch.zeros((n, t, a), dtype=torch.float32, device=dev),
+                "alive": torch.zeros((n, t, a), dtype=torch.bool, device=dev),
             }
             if lay.has_action_mask:
-                self._buf["action_mask"] = np.zeros((n, t, a, lay.max_actions), dtype=bool)
+                self._buf["action_mask"] = torch.zeros((n, t, a, lay.max_actions), dtype=torch.bool, device=dev)
         return self._buf
 
     def _new_group(self, snapshot: Any, first: Step | None, started: int) -> int:
@@ -135,9 +134,7 @@ class StreamingCollector(Collector):
         buf, length = self._buf, int(self._cursor[i])
         assert buf is not None
         group = self._groups[int(self._slot_group[i])]
-        group.episodes[int(self._slot_member[i])] = tuple(
-            v[i, :length].clone() if torch.is_tensor(v) else v[i, :length].copy() for v in buf.values()
-        )
+        group.episodes[int(self._slot_member[i])] = tuple(v[i, :length].clone() for v in buf.values())
         group.ended += 1
         if group.ended == self.group_size:
             self._ready.append(int(self._slot_group[i]))
@@ -177,7 +174,6 @@ class StreamingCollector(Collector):
         assert step is not None
         n = self.vec.num_envs
         slots = torch.arange(n, device=self.device)
-        rows = np.arange(n)
         t = 0
         while len(self._ready) < self.num_groups:
             obs_t, actions, logp, _ = self.act(policy, step)
@@ -185,16 +181,15 @@ class StreamingCollector(Collector):
             buf["obs"][slots, cur] = obs_t
             buf["actions"][slots, cur] = actions
             buf["logp"][slots, cur] = logp
-            buf["alive"][rows, self._cursor] = step.alive
+            buf["alive"][slots, cur] = step.alive
             if "action_mask" in buf and step.action_mask is not None:
-                buf["action_mask"][rows, self._cursor] = step.action_mask
-            step = self.vec.step(policy.to_env(actions))
-            self.check(step, "step")
-            buf["rewards"][rows, self._cursor] = step.rewards
+                buf["action_mask"][slots, cur] = step.action_mask
+            step = self.env_step(self.env_actions(policy, actions))
+            buf["rewards"][slots, cur] = step.rewards
             self._cursor += 1
             t += 1
-            if step.env_done.any():
-                for i in np.flatnonzero(step.env_done):
+            if bool(step.env_done.any()):
+                for i in step.env_done.nonzero()[:, 0].tolist():
                     self._finish(int(i), step)
         self._step = step
         self.total_env_steps += t * n
@@ -208,8 +203,7 @@ class StreamingCollector(Collector):
         a = self.vec.layout.num_agents
 
         def padded(k: int) -> torch.Tensor:
-            seqs = [e[k] if torch.is_tensor(e[k]) else torch.from_numpy(e[k]) for e in episodes]
-            x = pad_sequence(seqs, batch_first=True).to(self.device)  # [N, T, A, ...]
+            x = pad_sequence([e[k] for e in episodes], batch_first=True).to(self.device)  # [N, T, A, ...]
             return x.movedim(2, 1).reshape(len(episodes) * a, x.shape[1], *x.shape[3:])
 
         rolls = {key: padded(k) for k, key in enumerate(keys)}
@@ -242,9 +236,7 @@ class StreamingCollector(Collector):
             "cursor": self._cursor.copy(),
             "slot_group": self._slot_group.copy(),
             "slot_member": self._slot_member.copy(),
-            "buf": None
-            if self._buf is None
-            else {k: (v.clone() if torch.is_tensor(v) else v.copy()) for k, v in self._buf.items()},
+            "buf": None if self._buf is None else {k: v.clone() for k, v in self._buf.items()},
             "groups": copy.deepcopy(self._groups),
             "waiting": list(self._waiting),
             "ready": list(self._ready),
@@ -256,15 +248,11 @@ class StreamingCollector(Collector):
         self._started = state["started"]
         if state["vec"] is not None:
             self.vec.set_state(state["vec"])
-        self._step = None if state["step"] is None else state["step"].copy()
+        self._step = None if state["step"] is None else state["step"].to(self.device).copy()
         self._cursor = state["cursor"].copy()
         self._slot_group = state["slot_group"].copy()
         self._slot_member = state["slot_member"].copy()
-        self._buf = (
-            None
-            if state["buf"] is None
-            else {k: (v.to(self.device) if torch.is_tensor(v) else v.copy()) for k, v in state["buf"].items()}
-        )
+        self._buf = None if state["buf"] is None else {k: v.to(self.device) for k, v in state["buf"].items()}
         self._groups = copy.deepcopy(state["groups"])
         self._waiting = deque(state["waiting"])
         self._ready = deque(state["ready"])

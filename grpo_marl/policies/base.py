@@ -83,7 +83,9 @@ class Policy(ActingPolicy, Protocol):
     and their log-probs ``[E, A]``; ``log_prob`` scores flat step rows (``obs[M, ...]``,
     ``agent[M]``, ``actions[M, ...]``) and returns ``(log_prob, entropy)``, both ``[M]`` and
     differentiable (the entropy comes from the same forward, so there is no separate
-    ``entropy`` method); ``to_env`` converts sampled actions to the env's (clipped to Box bounds);
+    ``entropy`` method); ``to_env`` converts sampled actions to the env's (clipped to Box bounds) as
+    numpy, and :class:`~grpo_marl.policies.mlp.ActorPolicy` also offers ``env_actions``, the same as
+    a tensor on its device, which the collectors hand to ``VecEnv.step`` (no host round trip);
     ``host_actor`` is the numpy snapshot for the CPU loops, or None where it does not apply."""
 
     @property

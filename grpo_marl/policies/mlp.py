@@ -429,21 +429,26 @@ class ActorPolicy(nn.Module):
 
         return HostActor.from_policy(self)
 
-    def to_env(self, actions: Tensor) -> np.ndarray:
-        """Actions as the vector env takes them (Box actions clipped to each agent's bounds; the
-        log-prob stays that of the unclipped sample, as in SB3/CleanRL, so the ratio is exact)."""
+    def env_actions(self, actions: Tensor) -> Tensor:
+        """Actions as the vector env takes them, a tensor on the policy's device (Box actions
+        clipped to each agent's bounds; the log-prob stays that of the unclipped sample, as in
+        SB3/CleanRL, so the ratio is exact). The collectors hand these to ``VecEnv.step``: an env
+        on the same device gets them without a host round trip."""
         if self.kind == "categorical":
-            return actions.cpu().numpy()
+            return actions
         if self._single:
             actor = self.actors[self.keys[0]]
-            return actions.clamp(actor.low, actor.high).cpu().numpy()
-        out = actions.cpu().numpy()
+            return actions.clamp(actor.low, actor.high)
+        out = actions.clone()
         for key in self.keys:
             actor = self.actors[key]
-            lo, hi = actor.low.cpu().numpy(), actor.high.cpu().numpy()
             for a in self._slots[key]:
-                out[:, a, : actor.out_dim] = np.clip(out[:, a, : actor.out_dim], lo, hi)
+                out[:, a, : actor.out_dim] = out[:, a, : actor.out_dim].clamp(actor.low, actor.high)
         return out
+
+    def to_env(self, actions: Tensor) -> np.ndarray:
+        """:meth:`env_actions` as a numpy array (what ``grpo_marl.load(...).act`` returns)."""
+        return self.env_actions(actions).cpu().numpy()
 
 
 class Critic(nn.Module):

@@ -1,10 +1,19 @@
 """The one vector-env contract every collector uses, for every env kind.
 
-Every array carries an env axis and an agent axis, ``[E, A, ...]``; a Gymnasium env is the
+Every tensor carries an env axis and an agent axis, ``[E, A, ...]``; a Gymnasium env is the
 one-agent case (``A = 1``, agent ``"agent"``). Agents are in ``layout.agents`` order.
 
-Semantics (the same for Gymnasium native/sync/async, PettingZoo in-process/workers and the
-batched numpy ports):
+**Tensors on the env's device.** A :class:`Step` holds ``torch.Tensor`` s on
+:attr:`VecEnv.device`, and ``step()`` takes its actions as a tensor (on that device; a numpy env
+also takes a numpy array). An env family that lives in torch (a batched simulator on the GPU)
+hands its tensors through as they are, so a collector on the same device never copies a step to
+the host and back. Envs that compute in numpy (the Gymnasium and PettingZoo drivers, the batched
+ports of :mod:`grpo_marl.vec.ports`, ``VecEnv.backend == "numpy"``) stay numpy inside, fill a
+:class:`HostStep`, and convert once at their boundary: ``torch.from_numpy`` of each array (no copy;
+their device is the CPU), and actions ``.cpu().numpy()`` once per step (:func:`host_actions`).
+
+Semantics (the same for Gymnasium native/sync/async, PettingZoo in-process/workers, the batched
+numpy ports and torch envs):
 
 * **No automatic reset.** An env whose episode ended is *done*: it is not stepped again, its row
   keeps the final observation (``alive`` False, ``rewards`` 0) until the collector resets it with
@@ -25,19 +34,23 @@ batched numpy ports):
   index and the episode's reset seed.
 
 Observations: vector spaces (Box, Discrete/MultiDiscrete one-hot, MultiBinary) are flattened to
-``float32[D]``, zero-padded to the largest agent's ``D``; image spaces (a uint8 Box of rank 3,
-shared by every agent) stay ``uint8[H, W, C]`` and are converted to float only inside the
-policy's encoder. Actions: ``int64[E, A]`` (discrete) or ``float32[E, A, k]`` (Box); rows of done
-envs and of agents that are not alive are ignored.
+``torch.float32[D]``, zero-padded to the largest agent's ``D``; image spaces (a uint8 Box of rank
+3, shared by every agent) stay ``torch.uint8[H, W, C]`` and are converted to float only inside the
+policy's encoder. ``rewards`` are ``torch.float32``; ``terminated``, ``truncated``, ``alive``,
+``env_done`` and ``action_mask`` ``torch.bool``; ``state`` ``torch.float32``. Actions:
+``torch.int64[E, A]`` (discrete) or ``torch.float32[E, A, k]`` (Box); rows of done envs and of
+agents that are not alive are ignored.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
+from torch import Tensor
 
 from grpo_marl.errors import UserInputError
 
@@ -47,9 +60,38 @@ class SnapshotUnsupported(UserInputError):
     envs); the message names the setting to change."""
 
 
+Index = Tensor | np.ndarray | Sequence[int]
+
+
+def _as_tensor(x: Tensor | np.ndarray) -> Tensor:
+    """A numpy array as a tensor sharing its memory (a tensor as it is)."""
+    return x if isinstance(x, Tensor) else torch.from_numpy(x)
+
+
+def canonical_device(device: torch.device | str) -> torch.device:
+    """``device`` as a tensor on it reports it (``cuda`` -> ``cuda:0``), so that two names of one
+    device compare equal and a record already there is never copied."""
+    d = torch.device(device)
+    if str(d) == "cuda":  # no index: the current CUDA device
+        return torch.device("cuda", torch.cuda.current_device())
+    return d
+
+
+def host_actions(actions: Tensor | np.ndarray) -> np.ndarray:
+    """Actions handed to a numpy vector env, as the numpy array it computes with: a CPU tensor's
+    own memory (no copy), a device tensor copied to the host once."""
+    if isinstance(actions, Tensor):
+        try:
+            return actions.numpy()  # a CPU tensor outside autograd: its memory, nothing else checked
+        except (RuntimeError, TypeError):  # on a device, or requiring grad
+            return actions.detach().cpu().numpy()
+    return np.asarray(actions)
+
+
 @dataclass
 class Step:
-    """One reset/step of ``E`` envs (or of the reset subset), agent axis ``A``.
+    """One reset/step of ``E`` envs (or of the reset subset), agent axis ``A``; every field a
+    tensor on the vector env's device (dtypes in the module docstring).
 
     obs: ``[E, A, *obs_shape]`` (``layout.obs_dtype``); for a done env the final observation.
     rewards / terminated / truncated: ``[E, A]`` of the step just taken (zeros at reset).
@@ -60,6 +102,225 @@ class Step:
     ``with_state=True``, else None.
     """
 
+    obs: Tensor
+    rewards: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    alive: Tensor
+    env_done: Tensor
+    action_mask: Tensor | None = None
+    state: Tensor | None = None
+    #: the numpy record this one was made from without a copy (:meth:`HostStep.to_step`), so
+    #: :meth:`numpy` on a numpy env's record costs nothing; never copied to derived records
+    _host: tuple[HostStep, tuple[Tensor | None, ...]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a pickled or deep-copied record no longer shares memory with the arrays it came from
+        return {**self.__dict__, "_host": None}
+
+    @property
+    def device(self) -> torch.device:
+        return self.obs.device
+
+    def _index(self, idx: Index) -> Tensor:
+        if isinstance(idx, Tensor):
+            return idx.to(device=self.device, dtype=torch.long)
+        return torch.as_tensor(np.asarray(idx, dtype=np.int64), device=self.device)
+
+    def rows(self, idx: Index) -> Step:
+        """The sub-record of envs ``idx`` (a copy)."""
+        i = self._index(idx)
+        return Step(
+            obs=self.obs[i],
+            rewards=self.rewards[i],
+            terminated=self.terminated[i],
+            truncated=self.truncated[i],
+            alive=self.alive[i],
+            env_done=self.env_done[i],
+            action_mask=None if self.action_mask is None else self.action_mask[i],
+            state=None if self.state is None else self.state[i],
+        )
+
+    def copy(self) -> Step:
+        """An independent copy (no tensor shared with this record). A numpy env's record is copied
+        as numpy (cheaper on small arrays) and stays one."""
+        host = self._own_host()
+        if host is not None:
+            return host.copy().to_step()
+        return Step(
+            obs=self.obs.clone(),
+            rewards=self.rewards.clone(),
+            terminated=self.terminated.clone(),
+            truncated=self.truncated.clone(),
+            alive=self.alive.clone(),
+            env_done=self.env_done.clone(),
+            action_mask=None if self.action_mask is None else self.action_mask.clone(),
+            state=None if self.state is None else self.state.clone(),
+        )
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Step:
+        """This record on ``device`` (itself when it is there already: no copy)."""
+        device = canonical_device(device)
+        if self.obs.device == device:
+            return self
+
+        def move(x: Tensor) -> Tensor:
+            return x.to(device, non_blocking=non_blocking)
+
+        return Step(
+            obs=move(self.obs),
+            rewards=move(self.rewards),
+            terminated=move(self.terminated),
+            truncated=move(self.truncated),
+            alive=move(self.alive),
+            env_done=move(self.env_done),
+            action_mask=None if self.action_mask is None else move(self.action_mask),
+            state=None if self.state is None else move(self.state),
+        )
+
+    def numpy(self) -> HostStep:
+        """The record as numpy arrays (sharing a CPU record's memory; a device record copied to the
+        host): for code outside the hot loops that computes in numpy (tests, tools, a numpy env's
+        own bookkeeping). A numpy env's record gives back the arrays it was made from."""
+        host = self._own_host()
+        if host is not None:
+            return host
+
+        def arr(x: Tensor) -> np.ndarray:
+            return x.detach().cpu().numpy()
+
+        return HostStep(
+            obs=arr(self.obs),
+            rewards=arr(self.rewards),
+            terminated=arr(self.terminated),
+            truncated=arr(self.truncated),
+            alive=arr(self.alive),
+            env_done=arr(self.env_done),
+            action_mask=None if self.action_mask is None else arr(self.action_mask),
+            state=None if self.state is None else arr(self.state),
+        )
+
+    def _own_host(self) -> HostStep | None:
+        """The numpy record whose memory this one's fields are (None: not made by
+        :meth:`HostStep.to_step`, or a field reassigned since)."""
+        if self._host is not None:
+            host, made = self._host
+            if (  # no field reassigned since
+                made[0] is self.obs
+                and made[1] is self.rewards
+                and made[2] is self.terminated
+                and made[3] is self.truncated
+                and made[4] is self.alive
+                and made[5] is self.env_done
+                and made[6] is self.action_mask
+                and made[7] is self.state
+            ):
+                return host
+        return None
+
+    def _fields(self) -> tuple[Tensor | None, ...]:
+        return (
+            self.obs,
+            self.rewards,
+            self.terminated,
+            self.truncated,
+            self.alive,
+            self.env_done,
+            self.action_mask,
+            self.state,
+        )
+
+    def put(self, idx: Index, other: Step) -> None:
+        """Write ``other``'s rows into rows ``idx`` of this record (in place). Between two numpy
+        env records the write is done in numpy, on the same memory."""
+        mine, theirs = self._own_host(), other._own_host()
+        if mine is not None and theirs is not None:
+            mine.put(idx.cpu().numpy() if isinstance(idx, Tensor) else idx, theirs)
+            return
+        i = self._index(idx)
+        other = other.to(self.device)
+        self.obs[i] = other.obs
+        self.rewards[i] = other.rewards
+        self.terminated[i] = other.terminated
+        self.truncated[i] = other.truncated
+        self.alive[i] = other.alive
+        self.env_done[i] = other.env_done
+        if self.action_mask is not None and other.action_mask is not None:
+            self.action_mask[i] = other.action_mask
+        if self.state is not None and other.state is not None:
+            self.state[i] = other.state
+
+    @staticmethod
+    def observed(
+        obs: Tensor | np.ndarray, env_done: Tensor | np.ndarray, state: Tensor | np.ndarray | None = None
+    ) -> Step:
+        """The record of envs that have just been reset or restored, or are read without stepping:
+        ``obs`` [E, A, ...] and ``env_done`` [E], no reward or end flag, every agent of a running
+        env alive (what the ports' ``reset`` and ``observations`` hand out). Numpy arrays (a numpy
+        env's own) become tensors sharing their memory; tensors stay on their device."""
+        if isinstance(obs, np.ndarray) and isinstance(env_done, np.ndarray):
+            # a numpy env's record: built in numpy (a few cheap allocations), converted once
+            n, a = obs.shape[:2]
+            return HostStep(
+                obs=obs,
+                rewards=np.zeros((n, a), np.float32),
+                terminated=np.zeros((n, a), bool),
+                truncated=np.zeros((n, a), bool),
+                alive=np.repeat(~env_done[:, None], a, axis=1),
+                env_done=env_done,
+                state=None if state is None else np.asarray(state),
+            ).to_step()
+        obs_t, done_t = _as_tensor(obs), _as_tensor(env_done)
+        n, a = obs_t.shape[:2]
+        dev = obs_t.device
+        return Step(
+            obs=obs_t,
+            rewards=torch.zeros((n, a), dtype=torch.float32, device=dev),
+            terminated=torch.zeros((n, a), dtype=torch.bool, device=dev),
+            truncated=torch.zeros((n, a), dtype=torch.bool, device=dev),
+            alive=(~done_t)[:, None].expand(n, a).clone(),
+            env_done=done_t,
+            state=None if state is None else _as_tensor(state),
+        )
+
+    @staticmethod
+    def cat(parts: Sequence[Step]) -> Step:
+        """Concatenate along the env axis."""
+        if len(parts) == 1:
+            return parts[0]
+        first = parts[0]
+        return Step(
+            obs=torch.cat([p.obs for p in parts]),
+            rewards=torch.cat([p.rewards for p in parts]),
+            terminated=torch.cat([p.terminated for p in parts]),
+            truncated=torch.cat([p.truncated for p in parts]),
+            alive=torch.cat([p.alive for p in parts]),
+            env_done=torch.cat([p.env_done for p in parts]),
+            action_mask=None if first.action_mask is None else torch.cat([_req(p.action_mask) for p in parts]),
+            state=None if first.state is None else torch.cat([_req(p.state) for p in parts]),
+        )
+
+
+def _req(x: Tensor | None) -> Tensor:
+    assert x is not None, "every part of a record has the same optional fields"
+    return x
+
+
+def _req_np(x: np.ndarray | None) -> np.ndarray:
+    assert x is not None, "every part of a record has the same optional fields"
+    return x
+
+
+@dataclass
+class HostStep:
+    """The numpy record a numpy vector env fills (drivers, worker processes, ports): the fields of
+    :class:`Step` as numpy arrays (``np.float32`` / ``np.bool_`` / ``np.uint8``). It never crosses
+    the :class:`VecEnv` boundary: :meth:`to_step` makes the :class:`Step` of it, once per
+    reset/step, without copying (``torch.from_numpy``), so the arrays must be fresh ones the env
+    does not write into afterwards."""
+
     obs: np.ndarray
     rewards: np.ndarray
     terminated: np.ndarray
@@ -69,10 +330,26 @@ class Step:
     action_mask: np.ndarray | None = None
     state: np.ndarray | None = None
 
-    def rows(self, idx: np.ndarray | Sequence[int]) -> Step:
+    def to_step(self) -> Step:
+        """The :class:`Step` of these arrays (CPU tensors sharing their memory; its
+        :meth:`Step.numpy` gives these arrays back)."""
+        step = Step(
+            obs=torch.from_numpy(self.obs),
+            rewards=torch.from_numpy(self.rewards),
+            terminated=torch.from_numpy(self.terminated),
+            truncated=torch.from_numpy(self.truncated),
+            alive=torch.from_numpy(self.alive),
+            env_done=torch.from_numpy(self.env_done),
+            action_mask=None if self.action_mask is None else torch.from_numpy(self.action_mask),
+            state=None if self.state is None else torch.from_numpy(self.state),
+        )
+        step._host = (self, step._fields())
+        return step
+
+    def rows(self, idx: np.ndarray | Sequence[int]) -> HostStep:
         """The sub-record of envs ``idx``."""
         idx = np.asarray(idx, dtype=np.int64)
-        return Step(
+        return HostStep(
             obs=self.obs[idx],
             rewards=self.rewards[idx],
             terminated=self.terminated[idx],
@@ -83,10 +360,10 @@ class Step:
             state=None if self.state is None else self.state[idx],
         )
 
-    def copy(self) -> Step:
+    def copy(self) -> HostStep:
         return self.rows(np.arange(len(self.env_done)))
 
-    def put(self, idx: np.ndarray | Sequence[int], other: Step) -> None:
+    def put(self, idx: np.ndarray | Sequence[int], other: HostStep) -> None:
         """Write ``other``'s rows into rows ``idx`` of this record (in place)."""
         idx = np.asarray(idx, dtype=np.int64)
         self.obs[idx] = other.obs
@@ -101,36 +378,20 @@ class Step:
             self.state[idx] = other.state
 
     @staticmethod
-    def observed(obs: np.ndarray, env_done: np.ndarray, state: np.ndarray | None = None) -> Step:
-        """The record of envs that have just been reset or restored, or are read without stepping:
-        ``obs`` [E, A, ...] and ``env_done`` [E], no reward or end flag, every agent of a running
-        env alive (what the ports' ``reset`` and ``observations`` hand out)."""
-        n, a = obs.shape[:2]
-        return Step(
-            obs=obs,
-            rewards=np.zeros((n, a), np.float32),
-            terminated=np.zeros((n, a), bool),
-            truncated=np.zeros((n, a), bool),
-            alive=np.repeat(~env_done[:, None], a, axis=1),
-            env_done=env_done,
-            state=state,
-        )
-
-    @staticmethod
-    def cat(parts: Sequence[Step]) -> Step:
+    def cat(parts: Sequence[HostStep]) -> HostStep:
         """Concatenate along the env axis (worker slices -> one record)."""
         if len(parts) == 1:
             return parts[0]
         first = parts[0]
-        return Step(
+        return HostStep(
             obs=np.concatenate([p.obs for p in parts]),
             rewards=np.concatenate([p.rewards for p in parts]),
             terminated=np.concatenate([p.terminated for p in parts]),
             truncated=np.concatenate([p.truncated for p in parts]),
             alive=np.concatenate([p.alive for p in parts]),
             env_done=np.concatenate([p.env_done for p in parts]),
-            action_mask=None if first.action_mask is None else np.concatenate([p.action_mask for p in parts]),
-            state=None if first.state is None else np.concatenate([p.state for p in parts]),
+            action_mask=None if first.action_mask is None else np.concatenate([_req_np(p.action_mask) for p in parts]),
+            state=None if first.state is None else np.concatenate([_req_np(p.state) for p in parts]),
         )
 
 
@@ -168,16 +429,21 @@ class Layout:
     def is_image(self) -> bool:
         return len(self.obs_shape) == 3
 
-    def action_array(self, num_envs: int) -> np.ndarray:
-        """A zero action array of the right shape and dtype for ``num_envs`` envs."""
-        if self.continuous:
-            return np.zeros((num_envs, self.num_agents, max(self.action_dims)), np.float32)
-        return np.zeros((num_envs, self.num_agents), np.int64)
+    @property
+    def obs_torch_dtype(self) -> torch.dtype:
+        """``obs_dtype`` as the dtype of :attr:`Step.obs`."""
+        return torch.uint8 if self.obs_dtype == np.uint8 else torch.float32
 
-    def blank(self, num_envs: int, with_state: bool = False) -> Step:
-        """A record of ``num_envs`` done envs (zeros, nothing alive)."""
+    def action_array(self, num_envs: int, device: torch.device | str = "cpu") -> Tensor:
+        """A zero action tensor of the right shape and dtype for ``num_envs`` envs."""
+        if self.continuous:
+            return torch.zeros((num_envs, self.num_agents, max(self.action_dims)), dtype=torch.float32, device=device)
+        return torch.zeros((num_envs, self.num_agents), dtype=torch.int64, device=device)
+
+    def blank(self, num_envs: int, with_state: bool = False) -> HostStep:
+        """A numpy record of ``num_envs`` done envs (zeros, nothing alive), for numpy envs to fill."""
         n, a = num_envs, self.num_agents
-        return Step(
+        return HostStep(
             obs=np.zeros((n, a, *self.obs_shape), self.obs_dtype),
             rewards=np.zeros((n, a), np.float32),
             terminated=np.zeros((n, a), bool),
@@ -253,11 +519,17 @@ class VecEnv:
     """Base of every vector env (see the module docstring for the contract).
 
     Subclasses set ``num_envs``, ``layout``, ``name``, ``max_episode_steps`` and
-    ``supports_snapshot`` and implement ``reset``/``step``; snapshot support is optional.
+    ``supports_snapshot`` and implement ``reset``/``step``; snapshot support is optional. A
+    torch env sets ``device`` (where its tensors live) and ``backend = "torch"``; the defaults
+    describe a numpy env, whose records are CPU tensors over its arrays.
     """
 
     num_envs: int
     layout: Layout
+    #: where every tensor of this env's records (and the actions it takes) lives
+    device: torch.device = torch.device("cpu")
+    #: what the env computes with: ``"numpy"`` (it converts at its boundary) or ``"torch"``
+    backend: str = "numpy"
     name: str = "env"
     max_episode_steps: int | None = None
     supports_snapshot: bool = False
@@ -272,8 +544,9 @@ class VecEnv:
         their first step (rows in ``indices`` order)."""
         raise NotImplementedError
 
-    def step(self, actions: np.ndarray) -> Step:
-        """Step every env that is not done; returns the record of all ``E`` envs."""
+    def step(self, actions: Tensor) -> Step:
+        """Step every env that is not done with ``actions`` (a tensor on :attr:`device`; see the
+        module docstring for shapes); returns the record of all ``E`` envs."""
         raise NotImplementedError
 
     def snapshot(self, indices: Sequence[int]) -> list[Any]:

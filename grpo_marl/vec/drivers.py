@@ -1,5 +1,6 @@
 """Drivers: a slice of single envs (Gymnasium or PettingZoo Parallel) stepped one by one, writing
-the rows of the :class:`~grpo_marl.vec.base.Step` record.
+the rows of a numpy :class:`~grpo_marl.vec.base.HostStep` record (the vector env that runs the
+driver turns it into the tensor :class:`~grpo_marl.vec.base.Step` once, at its boundary).
 
 A driver is what a vector env runs, in this process (:class:`~grpo_marl.vec.local.LocalVec`) or
 in a worker process (:class:`~grpo_marl.vec.workers.WorkerVec`). It is the only place that calls
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from grpo_marl.errors import EnvError
-from grpo_marl.vec.base import Layout, Step, layout_of
+from grpo_marl.vec.base import HostStep, Layout, layout_of
 from grpo_marl.vec.snapshot import restore_env, snapshot_env
 from grpo_marl.vec.spaces import action_mask_of, obs_dtype_problem, obs_writer
 
@@ -68,7 +69,7 @@ class Driver:
         )
 
     # -- commands --------------------------------------------------------------------------------
-    def reset(self, seeds: Sequence[int], indices: Sequence[int] | None = None) -> Step:
+    def reset(self, seeds: Sequence[int], indices: Sequence[int] | None = None) -> HostStep:
         rows = np.arange(self.n) if indices is None else np.asarray(indices, dtype=np.int64)
         if len(seeds) != len(rows):
             raise ValueError(f"reset needs {len(rows)} seeds, got {len(seeds)}")
@@ -87,7 +88,7 @@ class Driver:
         self.out.put(rows, out)
         return out
 
-    def step(self, actions: np.ndarray) -> Step:
+    def step(self, actions: np.ndarray) -> HostStep:
         out = self.out
         out.rewards[:] = 0.0
         out.terminated[:] = False
@@ -103,7 +104,9 @@ class Driver:
         self.done |= out.env_done
         return out.copy()
 
-    def _write(self, i: int, rec: Step, k: int, writer: Callable[[Any, np.ndarray], None], obs: Any, j: int) -> None:
+    def _write(
+        self, i: int, rec: HostStep, k: int, writer: Callable[[Any, np.ndarray], None], obs: Any, j: int
+    ) -> None:
         if self._check_dtypes:
             problem = obs_dtype_problem(obs, self.layout.observation_spaces[j])
             if problem:
@@ -120,10 +123,10 @@ class Driver:
                 f"{self.layout.observation_spaces[j]} ({exc})",
             ) from exc
 
-    def _reset_one(self, i: int, seed: int, rec: Step, k: int) -> None:
+    def _reset_one(self, i: int, seed: int, rec: HostStep, k: int) -> None:
         raise NotImplementedError
 
-    def _step_one(self, i: int, action: np.ndarray, rec: Step) -> None:
+    def _step_one(self, i: int, action: np.ndarray, rec: HostStep) -> None:
         raise NotImplementedError
 
     def snapshot(self, indices: Sequence[int]) -> list[Any]:
@@ -156,12 +159,12 @@ class GymDriver(Driver):
         # Box actions travel flat ([k]); the env gets them in its own shape (e.g. 2 x 2)
         self._act_shape = None if self._discrete else tuple(env.action_space.shape)
 
-    def _reset_one(self, i: int, seed: int, rec: Step, k: int) -> None:
+    def _reset_one(self, i: int, seed: int, rec: HostStep, k: int) -> None:
         obs, _ = self.envs[i].reset(seed=seed)
         self._write(i, rec, k, self._writer, obs, 0)
         rec.alive[k, 0] = True
 
-    def _step_one(self, i: int, action: np.ndarray, rec: Step) -> None:
+    def _step_one(self, i: int, action: np.ndarray, rec: HostStep) -> None:
         act: int | np.ndarray
         if self._discrete:
             act = int(action[0])
@@ -211,7 +214,7 @@ class PettingZooDriver(Driver):
         limit = vars(env.unwrapped).get("max_cycles")
         self.max_episode_steps = int(limit) if isinstance(limit, int) else None
 
-    def _write_agents(self, i: int, env: Any, rec: Step, k: int, obs: dict, infos: dict) -> None:
+    def _write_agents(self, i: int, env: Any, rec: HostStep, k: int, obs: dict, infos: dict) -> None:
         lay = self.layout
         live = set(env.agents)
         # Agents that just finished still get their final observation written (alive False), so
@@ -228,13 +231,13 @@ class PettingZooDriver(Driver):
         if rec.state is not None:
             rec.state[k] = np.asarray(env.state(), dtype=np.float32).ravel()
 
-    def _reset_one(self, i: int, seed: int, rec: Step, k: int) -> None:
+    def _reset_one(self, i: int, seed: int, rec: HostStep, k: int) -> None:
         env = self.envs[i]
         obs, infos = env.reset(seed=seed)
         self._write_agents(i, env, rec, k, obs, infos)
         rec.env_done[k] = not env.agents
 
-    def _step_one(self, i: int, action: np.ndarray, rec: Step) -> None:
+    def _step_one(self, i: int, action: np.ndarray, rec: HostStep) -> None:
         env = self.envs[i]
         lay = self.layout
         rec.alive[i] = False

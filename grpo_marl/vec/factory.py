@@ -3,8 +3,9 @@
 
 ``vec.vectorization``:
 
-* ``native``: one numpy array program over all envs (the spec's ``vector_factory``, or a batched
-  port from :mod:`grpo_marl.vec.ports`; CartPole's is ``CartPoleVec``);
+* ``native``: one batched program over all envs: the spec's ``vector_factory`` (numpy or torch,
+  on whatever device its ``env_kwargs`` choose), or a batched numpy port from
+  :mod:`grpo_marl.vec.ports` (CartPole's is ``CartPoleVec``);
 * ``sync``: every env in this process, stepped one by one (any Gymnasium or PettingZoo env);
 * ``async``: envs in worker processes (for envs whose step costs more than the pipe traffic);
 * ``auto``: ``native`` where an implementation exists, else ``sync`` — for PettingZoo, worker

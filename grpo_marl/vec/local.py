@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
+from torch import Tensor
 
-from grpo_marl.vec.base import Step, VecEnv
+from grpo_marl.vec.base import Step, VecEnv, host_actions
 from grpo_marl.vec.drivers import Driver
 
 
@@ -15,7 +15,8 @@ class LocalVec(VecEnv):
     """Every env in this process (``vec.vectorization=sync``; PettingZoo with no workers).
 
     The cheapest choice whenever the env step is cheap or there is no spare core: no pickling,
-    no pipes, exact snapshots of every env kind.
+    no pipes, exact snapshots of every env kind. The driver computes in numpy; its records
+    become tensors here, once per call, without a copy.
     """
 
     def __init__(self, driver: Driver) -> None:
@@ -28,10 +29,10 @@ class LocalVec(VecEnv):
         self.with_state = driver.with_state
 
     def reset(self, seeds: Sequence[int], indices: Sequence[int] | None = None) -> Step:
-        return self.driver.reset(seeds, indices)
+        return self.driver.reset(seeds, indices).to_step()
 
-    def step(self, actions: np.ndarray) -> Step:
-        return self.driver.step(actions)
+    def step(self, actions: Tensor) -> Step:
+        return self.driver.step(host_actions(actions)).to_step()
 
     def snapshot(self, indices: Sequence[int]) -> list[Any]:
         return self.driver.snapshot(indices)

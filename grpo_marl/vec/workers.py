@@ -1,8 +1,10 @@
 """A vector env whose envs live in worker processes, each owning a contiguous slice.
 
 For envs whose step costs more than the pipe traffic (and machines with spare cores). Per step
-the main process sends one action array per worker and receives one Step record per worker;
-there is no per-env Python work here. An env failure inside a worker comes back as the
+the main process sends one numpy action array per worker and receives one numpy
+:class:`~grpo_marl.vec.base.HostStep` per worker (numpy pickles cheaply through the pipes); the
+slices become one tensor :class:`~grpo_marl.vec.base.Step` here, once. There is no per-env Python
+work here. An env failure inside a worker comes back as the
 :class:`~grpo_marl.errors.EnvError` the worker's driver raised (naming env, vector index and
 reset seed); a worker that dies is reported the same way.
 """
@@ -17,9 +19,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from torch import Tensor
 
 from grpo_marl.errors import EnvError
-from grpo_marl.vec.base import Step, VecEnv
+from grpo_marl.vec.base import HostStep, Step, VecEnv, host_actions
 from grpo_marl.vec.drivers import Driver
 
 DriverFactory = Callable[[int, int], Driver]  # (n envs, global offset) -> driver
@@ -138,7 +141,7 @@ class WorkerVec(VecEnv):
         seeds = [int(s) for s in seeds]
         if indices is None:
             parts = self._call("reset", [(seeds[lo:hi], None) for lo, hi in self._slices])
-            return Step.cat(parts)
+            return HostStep.cat(parts).to_step()
         per, where = self._split(indices)
         seed_per: list[list[int]] = [[] for _ in self._slices]
         for (w, _), s in zip(where, seeds, strict=True):
@@ -147,14 +150,15 @@ class WorkerVec(VecEnv):
         results = dict(
             zip(busy, self._call("reset", [(seed_per[w], per[w]) for w in range(len(per))], busy), strict=True)
         )
-        merged = Step.cat([results[w] for w in busy])
+        merged = HostStep.cat([results[w] for w in busy])
         # rows back in the caller's order
         offsets = np.cumsum([0] + [len(per[w]) for w in busy])
         pos = {w: int(offsets[k]) for k, w in enumerate(busy)}
-        return merged.rows([pos[w] + j for w, j in where])
+        return merged.rows([pos[w] + j for w, j in where]).to_step()
 
-    def step(self, actions: np.ndarray) -> Step:
-        return Step.cat(self._call("step", [(actions[lo:hi],) for lo, hi in self._slices]))
+    def step(self, actions: Tensor) -> Step:
+        acts = host_actions(actions)
+        return HostStep.cat(self._call("step", [(acts[lo:hi],) for lo, hi in self._slices])).to_step()
 
     def snapshot(self, indices: Sequence[int]) -> list[Any]:
         if not self.supports_snapshot:

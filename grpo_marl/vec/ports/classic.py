@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from torch import Tensor
 
 from grpo_marl.errors import EnvError, UserInputError
-from grpo_marl.vec.base import Step, VecEnv, layout_of
+from grpo_marl.vec.base import HostStep, Step, VecEnv, host_actions, layout_of
 
 _TWOS: dict[tuple[tuple[int, ...], Any], np.ndarray] = {}
 
@@ -183,7 +184,7 @@ class _ClassicVec(VecEnv):
         state = np.zeros((n, 0), np.float32) if self.with_state else None
         return Step.observed(self._obs[idx].copy(), np.zeros(n, bool), state)
 
-    def step(self, actions: np.ndarray) -> Step:
+    def step(self, actions: Tensor | np.ndarray) -> Step:
         E = self.num_envs
         done = self._done
         if done.all():
@@ -209,7 +210,7 @@ class _ClassicVec(VecEnv):
         self._obs[:, 0] = obs
         self._steps = steps
         self._done = done | term | trunc
-        return Step(
+        return HostStep(
             obs=self._obs.copy(),
             rewards=rewards[:, None],
             terminated=term[:, None],
@@ -217,12 +218,12 @@ class _ClassicVec(VecEnv):
             alive=~self._done[:, None],
             env_done=self._done.copy(),
             state=np.zeros((E, 0), np.float32) if self.with_state else None,
-        )
+        ).to_step()
 
-    def _decode(self, actions: np.ndarray, done: np.ndarray | None) -> np.ndarray:
+    def _decode(self, actions: Tensor | np.ndarray, done: np.ndarray | None) -> np.ndarray:
         """int64[E] (discrete) or float32[E, k] (Box) actions; rows of ``done`` envs are zeroed."""
         E = self.num_envs
-        a = np.asarray(actions)
+        a = host_actions(actions)
         if self._discrete:
             if a.shape not in ((E, 1), (E,)):
                 raise UserInputError(f"{self.name}: discrete actions must have shape [E, 1] = {(E, 1)}, got {a.shape}")

@@ -38,9 +38,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+from torch import Tensor
 
 from grpo_marl.errors import EnvError, UserInputError
-from grpo_marl.vec.base import Step, VecEnv, layout_of
+from grpo_marl.vec.base import HostStep, Step, VecEnv, host_actions, layout_of
 
 # mpe2's discrete movement actions: no-op, left, right, down, up.
 _MOVES = np.array([[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]])
@@ -338,7 +339,7 @@ class _MpeVec(VecEnv):
             self._state[idx] = state
         return Step.observed(obs.copy(), np.zeros(n, bool), state)
 
-    def step(self, actions: np.ndarray) -> Step:
+    def step(self, actions: Tensor | np.ndarray) -> Step:
         E, A = self.num_envs, len(self.agent_names)
         done = self._done
         if done.all():
@@ -410,7 +411,7 @@ class _MpeVec(VecEnv):
         self._obs = obs
         if state is not None:
             self._state = state
-        return Step(
+        return HostStep(
             obs=obs.copy(),
             rewards=rewards,
             terminated=terminated,
@@ -418,11 +419,11 @@ class _MpeVec(VecEnv):
             alive=alive,
             env_done=env_done.copy(),
             state=None if state is None else state.copy(),
-        )
+        ).to_step()
 
     def _idle(self) -> Step:
         E, A = self.num_envs, len(self.agent_names)
-        return Step(
+        return HostStep(
             obs=self._obs.copy(),
             rewards=np.zeros((E, A), np.float32),
             terminated=np.zeros((E, A), bool),
@@ -430,16 +431,16 @@ class _MpeVec(VecEnv):
             alive=np.zeros((E, A), bool),
             env_done=self._done.copy(),
             state=None if self._state is None else self._state.copy(),
-        )
+        ).to_step()
 
     # -- physics pieces ----------------------------------------------------------------------
-    def _decode(self, actions: np.ndarray, done: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def _decode(self, actions: Tensor | np.ndarray, done: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Actions -> (action force ``u[E, M, 2]`` of the movable agents, comm state ``[E, A, dim_c]``)."""
         E, A = self.num_envs, len(self.agent_names)
         w = self._world
         talk = self._talkers
         if self.continuous:
-            a = np.asarray(actions)
+            a = host_actions(actions)
             k = max(self.layout.action_dims)
             if a.ndim != 3 or a.shape[:2] != (E, A) or a.shape[2] < k:
                 raise UserInputError(
@@ -462,7 +463,7 @@ class _MpeVec(VecEnv):
             else:
                 comm = w.comm
             return u, comm
-        a = np.asarray(actions)
+        a = host_actions(actions)
         if a.shape != (E, A):
             raise UserInputError(f"{self.name}: discrete actions must have shape [E, A] = {(E, A)}, got {a.shape}")
         a = a.astype(np.int64, copy=False)

@@ -12,7 +12,9 @@ What a user writes to plug such a simulator into grpo_marl, without editing the 
 * :class:`ChainVec`, the vector env: implements :class:`grpo_marl.vec.base.VecEnv` directly. The
   state of all ``E`` envs is a handful of ``[E]`` arrays and :meth:`ChainVec.step` (and a reset of
   any subset) is a fixed sequence of numpy operations over all of them, with no per-env Python
-  loop. Randomness is counter-based (a hash of the episode's key and the step counter), so an
+  loop. It computes in numpy and meets the tensor contract at its boundary: its records are
+  ``torch.from_numpy`` views of fresh arrays (CPU tensors, no copy) and the actions it is given
+  (tensors) are read once with :func:`grpo_marl.vec.base.host_actions`. Randomness is counter-based (a hash of the episode's key and the step counter), so an
   env's future is its arrays: snapshots are copies of its rows, and state groups, streaming
   rollouts and exact resume work.
 * :class:`ChainFamily`, the env family (``kind="chain"``): the framework asks it for the vector
@@ -28,16 +30,18 @@ Both entry points are declared in ``grpo_marl_outside-0.1.dist-info/entry_points
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import torch
 from gymnasium import spaces
+from torch import Tensor
 
 from grpo_marl.errors import EnvError, UserInputError
 from grpo_marl.families import EnvFamily
 from grpo_marl.registry import EnvSpec, register_env
-from grpo_marl.vec.base import Step, VecEnv, layout_of
+from grpo_marl.vec.base import Step, VecEnv, host_actions, layout_of
 
 __all__ = ["Chain", "ChainFamily", "ChainVec", "chain", "register_envs"]
 
@@ -154,9 +158,9 @@ class ChainVec(VecEnv):
         self._done[idx] = False
         return self._record(idx)
 
-    def step(self, actions: np.ndarray) -> Step:
+    def step(self, actions: Tensor | np.ndarray) -> Step:
         E, p = self.num_envs, self.params
-        a = np.asarray(actions)
+        a = host_actions(actions)
         if a.shape not in ((E, 1), (E,)):
             raise UserInputError(f"{self.name}: actions must have shape [E, 1] = {(E, 1)}, got {a.shape}")
         live = ~self._done
@@ -177,14 +181,15 @@ class ChainVec(VecEnv):
         truncated = live & (self._t >= p.horizon)
         rewards = np.where(live, np.where(arrived, 1.0, 0.0) - p.step_cost, 0.0).astype(np.float32)
         self._done = self._done | arrived | truncated
-        out = self._record(np.arange(E))
-        out.rewards[:, 0] = rewards
-        out.terminated[:, 0] = arrived
-        out.truncated[:, 0] = truncated
-        return out
+        return replace(
+            self._record(np.arange(E)),
+            rewards=torch.from_numpy(rewards[:, None]),
+            terminated=torch.from_numpy(arrived[:, None]),
+            truncated=torch.from_numpy(truncated[:, None]),
+        )
 
     def _record(self, idx: np.ndarray) -> Step:
-        """The current record of envs ``idx`` (zero rewards and flags; the caller sets them)."""
+        """The current record of envs ``idx`` (zero rewards and flags; ``step`` replaces them)."""
         n, scale = len(idx), 2.0 / self._last
         obs = np.empty((n, 1, 2), np.float32)
         obs[:, 0, 0] = self._pos[idx] * scale - 1.0
