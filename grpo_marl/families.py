@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import torch
     from omegaconf import DictConfig
 
+    from grpo_marl.groups import GroupMode
     from grpo_marl.tasks.base import Task
     from grpo_marl.vec.base import VecEnv
 
@@ -75,8 +76,8 @@ class EnvFamily:
     records_video: ClassVar[bool] = False
     #: algorithms that train the family (``algo.name``)
     algos: ClassVar[tuple[str, ...]] = ("grpo", "ppo")
-    #: ``algo.group_mode`` values the family supports
-    group_modes: ClassVar[tuple[str, ...]] = ("seed", "state")
+    #: its vector envs snapshot and restore envs (``state`` group modes branch from snapshots)
+    snapshots: ClassVar[bool] = True
     #: ``vec.vectorization`` values the family supports
     vectorizations: ClassVar[tuple[str, ...]] = VECTORIZATIONS
     #: ``algo.rollout=stream`` (streaming seed groups) is supported
@@ -91,6 +92,25 @@ class EnvFamily:
     def trains(self, algo: str) -> bool:
         """Whether ``algo.name=algo`` can train this family."""
         return algo in self.algos
+
+    def group_mode_error(self, mode: GroupMode) -> str | None:
+        """What ``mode`` needs that this family lacks (``"multi-agent"``, ``"snapshots"``), or None.
+
+        Decided by capabilities, so a group mode registered from user code is accepted by every
+        family that offers what it declares; a family with other limits overrides this."""
+        if mode.multi_agent and not self.multi_agent:
+            return "multi-agent"
+        if mode.snapshots and not self.snapshots:
+            return "snapshots"
+        return None
+
+    @property
+    def group_modes(self) -> tuple[str, ...]:
+        """The registered ``algo.group_mode`` values this family trains (in registration order)."""
+        from grpo_marl.groups import GROUP_MODES
+
+        GROUP_MODES.names()  # loads the entry points
+        return tuple(name for name, mode in GROUP_MODES.items() if self.group_mode_error(mode) is None)
 
     def check_extras(self, cfg: DictConfig, spec: EnvSpec) -> None:
         """Raise :class:`MissingExtraError` with the ``pip install`` command when a module the
@@ -155,9 +175,13 @@ class EnvFamily:
         from grpo_marl.config import _int_or_none
 
         a, errors = cfg.algo, []
+        from grpo_marl.groups import GROUP_MODES
+
         mode = a.get("group_mode")
-        if mode is not None and mode not in self.group_modes:
-            if mode in AGENT_GROUP_MODES and not self.multi_agent:
+        gm = GROUP_MODES.find(str(mode)) if mode is not None else None
+        why = self.group_mode_error(gm) if gm is not None else None
+        if why is not None:
+            if why == "multi-agent":
                 errors.append(
                     f"algo.group_mode={mode} needs a multi-agent env; single-agent envs use "
                     + " or ".join(self.group_modes)
@@ -168,10 +192,10 @@ class EnvFamily:
                     f"choose one of {', '.join(self.group_modes)}"
                 )
         vectorization = cfg.vec.get("vectorization", "auto")
-        if mode == "state" and vectorization == "async" and not self.async_snapshots:
-            errors.append("algo.group_mode=state needs env snapshots: use vec.vectorization=sync or auto")
+        if gm is not None and gm.snapshots and vectorization == "async" and not self.async_snapshots:
+            errors.append(f"algo.group_mode={mode} needs env snapshots: use vec.vectorization=sync or auto")
         if a.get("rollout", "batch") == "stream":
-            if not self.streams or mode != "seed":
+            if not self.streams or gm is None or not gm.streams:
                 errors.append(
                     f"algo.rollout=stream streams seed groups of single-agent envs (here group_mode={mode}, "
                     f"env kind {self.name}); use algo.rollout=batch"
@@ -281,7 +305,6 @@ class PettingZooFamily(EnvFamily):
     find_unused_parameters = True
     records_video = True
     algos = ("grpo", "mappo", "ippo")
-    group_modes = ("seed", "state", "agent", "seed_agent")
 
     def recognises(self, env: object) -> bool:
         return _is_pettingzoo_env(env)
@@ -363,7 +386,7 @@ class TextFamily(EnvFamily):
     default_threads = 0  # the LLM's matmuls use every core
     bf16_autocast = True
     algos = ("grpo",)
-    group_modes = ("seed",)
+    snapshots = False  # a prompt's completions are its group; there is no env state to branch
     task = "grpo_marl.tasks.text:TextTask"
 
     def check_extras(self, cfg: DictConfig, spec: EnvSpec) -> None:

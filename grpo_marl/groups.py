@@ -265,6 +265,12 @@ class GroupMode:
     #: and the collection is the state-group collector's (:mod:`grpo_marl.collectors.states`)
     snapshots: bool = False
 
+    @property
+    def streams(self) -> bool:
+        """``algo.rollout=stream`` can play it: plain seed groups (a slot that ends restarts as the
+        next group's member, so members must be copies of one reset, not branches or agents)."""
+        return self.grouping == "seed" and not self.snapshots and not self.multi_agent
+
     def arrange(self, num_seed_groups: int, group_size: int, groups: AgentGroups) -> np.ndarray:
         """Rollout ids ``[num_grpo_groups, width]`` of one collection (``-1`` = padding)."""
         return arrange_groups(self.grouping, num_seed_groups, group_size, groups)

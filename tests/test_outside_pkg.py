@@ -99,6 +99,27 @@ def test_a_broken_plugin_does_not_break_a_run_that_does_not_use_it(tmp_path: Pat
     assert "no_such_module_xyz" in asked.stderr  # the error names why the plugin is missing
 
 
+def test_the_outside_group_mode_arranges_half_groups() -> None:
+    from grpo_marl.groups import AgentGroups
+    from grpo_marl.vec.ports.classic import CartPoleVec
+
+    halves = _outside().HALVES
+    ids = halves.arrange(2, 4, AgentGroups.from_layout(CartPoleVec(8).layout))
+    assert ids.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert halves.streams and not halves.snapshots
+
+
+def test_cli_trains_with_the_outside_group_mode(tmp_path: Path) -> None:
+    """``algo.group_mode=halves`` comes from an entry point: accepted by the config check (the
+    Gymnasium family offers what it declares) and played by the episode collector in its layout."""
+    proc = _train(tmp_path, "algo.group_mode=halves", "log.tensorboard=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
+    refused = _train(tmp_path / "refused", "algo.group_mode=halves", env=_subprocess_env())
+    assert refused.returncode == 2
+    assert "algo.group_mode=halves is not valid; choose one of seed, state, agent, seed_agent" in refused.stderr
+
+
 def test_fit_trains_with_the_outside_loss(tmp_path: Path) -> None:
     code = (
         "import grpo_marl, json, sys; "

@@ -45,7 +45,7 @@ def make_collector(
         raise UserInputError(f"unknown collector {name!r}; choose one of {', '.join(COLLECTORS)}")
     max_steps = cfg.vec.max_steps
     if str(a.rollout) == "stream":
-        if str(a.group_mode) != "seed":
+        if not group_mode(str(a.group_mode)).streams:
             raise UserInputError(
                 f"algo.rollout=stream streams seed groups; algo.group_mode={a.group_mode} needs algo.rollout=batch"
             )

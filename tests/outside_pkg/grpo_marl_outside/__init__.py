@@ -9,12 +9,14 @@ and ``fit()`` once this directory is on the path.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from grpo_marl.groups import AgentGroups, GroupMode
 from grpo_marl.losses import GRPOLoss
 
-__all__ = ["CISPOLoss", "row_mean"]
+__all__ = ["HALVES", "CISPOLoss", "HalfGroups", "row_mean"]
 
 
 class CISPOLoss(GRPOLoss):
@@ -38,3 +40,19 @@ def row_mean(mask: Tensor, max_len: int | None) -> Tensor:
     aggregation is accepted by ``algo.aggregation`` and used by the loss.)"""
     lengths = mask.sum(dim=1, keepdim=True).clamp(min=1.0)
     return mask / (lengths * max(mask.shape[0], 1))
+
+
+class HalfGroups(GroupMode):
+    """Seed groups split in two: the first and second halves of each seed-group's G copies are two
+    GRPO groups of G/2 (the same start state, two smaller baselines). A group mode of another shape
+    than the three built-in layouts: it overrides :meth:`arrange` only."""
+
+    def arrange(self, num_seed_groups: int, group_size: int, groups: AgentGroups) -> np.ndarray:
+        if group_size % 2:
+            raise ValueError(f"algo.group_mode={self.name} needs an even algo.group_size, got {group_size}")
+        seed_groups = super().arrange(num_seed_groups, group_size, groups)  # [S * A, G]
+        return seed_groups.reshape(-1, group_size // 2)
+
+
+#: registered as ``algo.group_mode=halves`` by the ``grpo_marl.group_modes`` entry point
+HALVES = HalfGroups("halves", "each seed group's copies split into two groups of G/2")
