@@ -243,8 +243,10 @@ def resolve_config(cfg: DictConfig, overrides: list[str] | None = None) -> DictC
     if defaults:
         try:
             out = cast(DictConfig, OmegaConf.merge(out, OmegaConf.create(defaults)))
-        except Exception as exc:  # struct-mode key errors from a bad defaults dict
-            raise ConfigError(f"env {spec.name!r} has invalid tuned defaults: {exc}") from exc
+        except Exception as exc:  # struct-mode key errors or a value of the wrong type
+            raise ConfigError(
+                f"env {spec.name!r} has invalid tuned defaults: {type_error_message(exc) or exc}"
+            ) from exc
     user_keys = user_override_keys(overrides or [])
     for key in user_keys:
         value = OmegaConf.select(cfg, key, throw_on_missing=False)

@@ -214,7 +214,7 @@ class DistributedSettings(Section):
         False,
     )
 
-    reads = ("algo",)
+    reads = ("algo", "vec")
 
     @classmethod
     def errors(cls, run: DictConfig) -> list[str]:
@@ -286,9 +286,9 @@ class EnvPreprocessSettings(Section):
 class MarlSettings(Section):
     """Multi-agent envs (kind pettingzoo) only; see grpo_marl/tasks/marl.py."""
 
-    groups: dict[str, Any] | None = Map(
-        {}, "agent->group overrides ({agent_0: red} or {red: [agent_*]}); empty = by name prefix", nullable=True
-    )
+    # Any, not Optional[dict]: Hydra replaces a null with a whole mapping (marl.groups={red: [...]})
+    # and adds keys under it (++marl.groups.agent_0=red) only on an untyped node; the walker checks it.
+    groups: Any = Map(None, "agent->group overrides ({agent_0: red} or {red: [agent_*]}); null = by name prefix")
     share: str = Choice(
         "group", "group (parameters shared within an agent-group) | agent (one set per agent)", "group", "agent"
     )
