@@ -284,6 +284,36 @@ def test_config_reference_is_up_to_date() -> None:
     assert doc.read_text() == settings.reference_markdown(), "regenerate docs/CONFIG.md (see this test's docstring)"
 
 
+def test_help_config_prints_the_reference(capsys) -> None:
+    from grpo_marl import settings
+    from grpo_marl.train import main
+
+    main(["--help-config"])
+    assert capsys.readouterr().out == settings.reference_markdown()
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["env=cartpole", "algo.epochs=1.5"], "algo.epochs=1.5 must be an integer"),
+        (["env=simple_spread", "algo=mappo", "algo.critic_time=maybe"], "algo.critic_time=maybe must be true or false"),
+    ],
+)
+def test_type_errors_exit_2_through_the_cli(args: list[str], line: str, tmp_path: Path, capsys) -> None:
+    """Refused while Hydra composes (the field's type), with validation's one-line message."""
+    code, err = _cli_error(args, tmp_path, capsys)
+    assert code == 2 and err == f"error: invalid configuration:\n  - {line}\n", err
+
+
+def test_rules_skip_a_section_whose_values_are_refused(resolve) -> None:
+    """``vec.num_envs=-1`` is refused once: GRPO's rule on ``vec.num_envs`` (it reads ``vec``) is
+    not asked about a value already refused."""
+    message = error_of(resolve, ["env=cartpole", "vec.num_envs=-1"])
+    assert message == (
+        "invalid configuration:\n  - vec.num_envs=-1 must be >= 0 (0 = derived from the algorithm's batch)"
+    )
+
+
 def test_user_registered_choices_validate(resolve) -> None:
     """``algo.aggregation`` reads the registry when the config is checked: a user's entry is a choice."""
     from grpo_marl.losses import AGGREGATIONS
