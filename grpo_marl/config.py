@@ -66,12 +66,11 @@ CONF_DIR = Path(__file__).parent / "conf"
 FREE_FORM = ("env_kwargs", "marl.groups")
 
 
-def group_choices(overrides: list[str], explicit_only: bool = False) -> dict[str, str]:
-    """Which option of each config group the command line selected (``default`` otherwise;
-    ``explicit_only``: only the groups the command line names)."""
+def group_choices(overrides: list[str]) -> dict[str, str]:
+    """The option of each config group the command line names (``algo=ppo`` -> ``{"algo": "ppo"}``)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    choices = {} if explicit_only else {"algo": "grpo", "model": "default", "text": "default"}
+    choices: dict[str, str] = {}
     for ov in OverridesParser.create().parse_overrides(overrides=list(overrides)):
         if ov.key_or_group in CONFIG_GROUPS and not ov.is_delete():
             choices[ov.key_or_group] = str(ov.value())

@@ -81,7 +81,7 @@ def _resume_config(cfg: DictConfig, overrides: list[str], dry: bool = False) -> 
         "autocast", "distributed.backend", "distributed.find_unused_parameters",
     }  # fmt: skip
     # A config-group switch (algo=ppo) would replace a whole section: refused like any other key.
-    for group, option in config_mod.group_choices(overrides, explicit_only=True).items():
+    for group, option in config_mod.group_choices(overrides).items():
         was = str(OmegaConf.select(saved, f"{group}.name", default=None) or "default")
         if option != was:
             raise ConfigError(
