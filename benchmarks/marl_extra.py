@@ -219,24 +219,32 @@ def random_joint_action(env: Any, rng: np.random.Generator) -> dict[str, Any]:
     return actions
 
 
+def _tuned_preprocess(name: str) -> dict[str, Any] | None:
+    """The ``common.env_preprocess`` section of a task's tuned defaults (envs/conf/<name>.yaml)."""
+    from envs.multiagent import tuned_defaults
+    from grpo_marl.registry import load_defaults
+
+    path = tuned_defaults(name)
+    section = load_defaults(path).get("common", {}).get("env_preprocess") if path else None
+    return section if isinstance(section, dict) else None
+
+
 def env_speed(names: list[str] | None = None, seconds: float = 20.0) -> list[dict[str, Any]]:
     """Env steps/s of ``names`` (default: the two image envs), three ways (module docstring)."""
     import warnings
 
     import supersuit as ss
 
-    import envs.multiagent as registered
+    from envs import CONF_DIR
     from grpo_marl.marl import preprocess
     from grpo_marl.marl.envs import make_parallel_env
 
     warnings.filterwarnings("ignore", message=".*without specifying any render mode.*")
     rows = []
     for name in names or ["cooperative_pong", "pistonball"]:
-        section = registered.TUNED.get(name, {}).get("common", {}).get("env_preprocess")
+        section = _tuned_preprocess(name)
         if section is None:
-            with_preprocessing = sorted(
-                k for k, v in registered.TUNED.items() if "env_preprocess" in v.get("common", {})
-            )
+            with_preprocessing = sorted(p.stem for p in CONF_DIR.glob("*.yaml") if _tuned_preprocess(p.stem))
             raise SystemExit(
                 f"speed: {name!r} has no tuned env_preprocess to compare; choose from {with_preprocessing}"
             )

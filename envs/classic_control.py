@@ -6,13 +6,8 @@ data change; thresholds are the usual "solved" levels used by the benchmarks.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import yaml
-
+from envs import CONF_DIR
 from grpo_marl.registry import register_env
-
-_CONF = Path(__file__).parent / "conf"
 
 CLASSIC = {
     # name: (gymnasium id, solve threshold)
@@ -23,17 +18,12 @@ CLASSIC = {
 }
 
 
-def _defaults(name: str) -> dict:
-    path = _CONF / f"{name}.yaml"
-    return yaml.safe_load(path.read_text()) if path.exists() else {}
-
-
 for _name, (_gym_id, _threshold) in CLASSIC.items():
     register_env(
         _name,
         kind="gymnasium",
         gym_id=_gym_id,
         threshold=_threshold,
-        defaults=_defaults(_name),
+        defaults=CONF_DIR / f"{_name}.yaml",
         description=f"Gymnasium {_gym_id}",
     )

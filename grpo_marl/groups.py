@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from grpo_marl.errors import ConfigError, UnsupportedSpaceError
+from grpo_marl.registry import Registry
 from grpo_marl.vec.spaces import action_mask_of, flat_obs_dim
 
 _INDEX_SUFFIX = re.compile(r"_\d+$")
@@ -241,8 +242,60 @@ class AgentGroups:
 # Batch stays a plain ``[groups * width, T]`` reshape.
 
 GROUPINGS: tuple[str, ...] = ("seed", "agent", "seed_agent")
-#: Every ``algo.group_mode``: the groupings plus ``state`` (arranged like ``seed``, branches of a snapshot).
-GROUP_MODES: tuple[str, ...] = ("seed", "state", "agent", "seed_agent")
+
+
+@dataclass(frozen=True)
+class GroupMode:
+    """One ``algo.group_mode``: which rollouts of a collection GRPO compares, and what it needs.
+
+    The requirements are capabilities, not env names, so a family decides by what it offers
+    (:meth:`grpo_marl.families.EnvFamily.group_mode_error`) and a mode registered from user code
+    (:func:`register_group_mode`, or a ``grpo_marl.group_modes`` entry point) is checked like a
+    built-in. A mode with other groups than the three layouts overrides :meth:`arrange`.
+    """
+
+    name: str
+    #: one line for messages and docs
+    description: str = ""
+    #: the layout of the rollout rows (:func:`arrange_groups`): ``seed``, ``agent`` or ``seed_agent``
+    grouping: str = "seed"
+    #: it compares the agents of one env, so it needs a multi-agent env
+    multi_agent: bool = False
+    #: members start from a restored env snapshot (state branching): the env must support snapshots,
+    #: and the collection is the state-group collector's (:mod:`grpo_marl.collectors.states`)
+    snapshots: bool = False
+
+    def arrange(self, num_seed_groups: int, group_size: int, groups: AgentGroups) -> np.ndarray:
+        """Rollout ids ``[num_grpo_groups, width]`` of one collection (``-1`` = padding)."""
+        return arrange_groups(self.grouping, num_seed_groups, group_size, groups)
+
+
+#: Every ``algo.group_mode``, by name.
+GROUP_MODES: Registry[GroupMode] = Registry("group mode", entry_point_group="grpo_marl.group_modes", error=ConfigError)
+
+
+def register_group_mode(mode: GroupMode, *, overwrite: bool = False) -> GroupMode:
+    """Make ``mode`` available as ``algo.group_mode=<mode.name>``."""
+    if mode.grouping not in GROUPINGS:
+        raise ValueError(f"group mode {mode.name!r}: grouping must be one of {', '.join(GROUPINGS)}")
+    return GROUP_MODES.register(mode.name, mode, overwrite=overwrite)
+
+
+def group_mode(name: str) -> GroupMode:
+    """The registered mode ``name``; an unknown one raises :class:`~grpo_marl.errors.ConfigError`
+    naming the registered modes (and the closest one)."""
+    return GROUP_MODES.get(name)
+
+
+for _mode in (
+    GroupMode("seed", "G rollouts from one initial state (the same reset seed)"),
+    GroupMode("state", "G branches from a snapshot of a visited state", snapshots=True),
+    GroupMode("agent", "the agents of one agent-group inside one episode", grouping="agent", multi_agent=True),
+    GroupMode(
+        "seed_agent", "an agent-group's members across the G seed copies", grouping="seed_agent", multi_agent=True
+    ),
+):
+    register_group_mode(_mode)
 
 
 def arrange_groups(

@@ -19,15 +19,27 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import warnings
-from collections.abc import Callable, ItemsView, Iterator, Sequence, ValuesView
+from collections.abc import Callable, ItemsView, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from grpo_marl.errors import MissingExtraError, UnknownEnvError, UserInputError
 
-__all__ = ["ENVS", "EnvSpec", "Registry", "UnknownEnvError", "get_spec", "list_envs", "make_env", "register_env"]
+__all__ = [
+    "ENVS",
+    "EnvSpec",
+    "Registry",
+    "UnknownEnvError",
+    "get_spec",
+    "list_envs",
+    "load_defaults",
+    "make_env",
+    "register_env",
+]
 
 BUILTIN_MODULES = ("envs.classic_control", "envs.multiagent", "envs.text")
 ENTRY_POINT_GROUP = "grpo_marl.envs"
@@ -263,12 +275,54 @@ ENVS: Registry[EnvSpec] = Registry(
 )
 
 
+#: What ``register_env(defaults=...)`` takes: the sections themselves, or a YAML file holding them.
+EnvDefaults = Mapping[str, Any] | str | os.PathLike[str]
+
+
+def load_defaults(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """An env's tuned defaults from a YAML file (sections ``common`` and one per algorithm).
+
+    The one format of tuned defaults: every shipped env has such a file in ``envs/conf/``, and a
+    user's env may point ``register_env(defaults=...)`` at one (or give the same sections as a
+    dict). A file may start with ``defaults: [other, ...]``, as in Hydra: the named files of the
+    same folder are merged first, in order, then the file's own sections on top (values that
+    differ only), so the text envs share ``_text.yaml`` instead of repeating it.
+    """
+    return _load_defaults(Path(path), ())
+
+
+def _load_defaults(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    import yaml
+    from omegaconf import OmegaConf
+
+    if path in seen:
+        chain = " -> ".join(p.name for p in (*seen, path))
+        raise ValueError(f"env defaults {path}: its defaults list includes itself ({chain})")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ValueError(f"env defaults file {path} does not exist") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"env defaults file {path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"env defaults file {path} must hold a mapping of sections (common, grpo, ppo, ...)")
+    bases = data.pop("defaults", [])
+    if isinstance(bases, str):
+        bases = [bases]
+    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
+        raise ValueError(f"env defaults file {path}: 'defaults' must be a list of file names, e.g. [_text]")
+    layers = [_load_defaults(path.parent / f"{base}.yaml", (*seen, path)) for base in bases]
+    out = OmegaConf.to_container(OmegaConf.merge(*layers, data) if layers else OmegaConf.create(data))
+    assert isinstance(out, dict)
+    return {str(k): v for k, v in out.items()}
+
+
 def register_env(
     name: str,
     factory: Callable[..., Any] | None = None,
     *,
     kind: str = "gymnasium",
-    defaults: dict[str, Any] | None = None,
+    defaults: EnvDefaults | None = None,
     threshold: float | None = None,
     description: str = "",
     gym_id: str | None = None,
@@ -282,8 +336,11 @@ def register_env(
     what a family registered with :func:`grpo_marl.families.register_family` builds.
     ``vector_factory(num_envs, *, with_state, **env_kwargs)`` is a batched implementation that
     ``vec.vectorization=auto|native`` uses (an env may have only this). ``defaults`` are config
-    overrides (e.g. ``{"algo": {"group_size": 8}, "total_steps": 100_000}``) applied *under* the
-    user's command-line overrides, so tuned values never beat an explicit choice.
+    overrides applied *under* the user's config file and command line, so tuned values never beat
+    an explicit choice: sections ``common`` (every algorithm) and one per algorithm
+    (``{"common": {"total_steps": 100_000}, "grpo": {"algo": {"group_size": 8}}}``), as a dict or
+    as the path of a YAML file of the same shape (:func:`load_defaults`, the format of
+    ``envs/conf/``). A dict without those sections applies to every algorithm.
     """
     from grpo_marl.families import FAMILIES
 
@@ -302,13 +359,21 @@ def register_env(
         name=name,
         factory=factory,
         kind=kind,
-        defaults=dict(defaults or {}),
+        defaults=_defaults_of(defaults),
         threshold=threshold,
         description=description,
         gym_id=gym_id,
         vector_factory=vector_factory,
     )
     return ENVS.register(name, spec, overwrite=True)
+
+
+def _defaults_of(defaults: EnvDefaults | None) -> dict[str, Any]:
+    if defaults is None:
+        return {}
+    if isinstance(defaults, (str, os.PathLike)):
+        return load_defaults(defaults)
+    return dict(defaults)
 
 
 def _gym_factory(gym_id: str) -> Callable[..., Any]:

@@ -168,7 +168,8 @@ def _aggregations() -> tuple[str, ...]:
 def _group_modes() -> tuple[str, ...]:
     from grpo_marl.groups import GROUP_MODES
 
-    return tuple(GROUP_MODES)
+    GROUP_MODES.names()  # loads the entry points
+    return tuple(GROUP_MODES)  # in registration order: the built-ins first, as documented
 
 
 def int_or_none(value: Any) -> int | None:

@@ -221,6 +221,8 @@ def _file_keys(env_files: bool = True) -> list[tuple[str, str, object]]:
     """``(algo, dotted key, value)`` of every key set in grpo_marl/conf (and envs/conf)."""
     from omegaconf import OmegaConf
 
+    from grpo_marl.registry import load_defaults
+
     root = Path(__file__).resolve().parents[1]
     conf = root / "grpo_marl" / "conf"
     out: list[tuple[str, str, object]] = []
@@ -239,7 +241,7 @@ def _file_keys(env_files: bool = True) -> list[tuple[str, str, object]]:
     paths = sorted((root / "envs" / "conf").glob("*.yaml")) if env_files else []
     assert paths or not env_files
     for path in paths:
-        for section, overrides in OmegaConf.to_container(OmegaConf.load(path)).items():
+        for section, overrides in load_defaults(path).items():
             add(section if section in ALGOS else "grpo", overrides)
     return out
 

@@ -461,3 +461,28 @@ def test_bad_inputs_are_named() -> None:
         pendulum.step(np.zeros((2, 1)))
     with pytest.raises(UserInputError, match="snapshot"):
         vec.restore([0], [object()])
+
+
+def test_a_port_registered_from_user_code_is_used_like_a_built_in(registry_sandbox) -> None:
+    """``register_port`` is the one way to add a port: ``native`` always uses it, ``auto`` only a
+    port registered with ``auto=True`` (the default); the original env stays under ``sync``."""
+    from grpo_marl.registry import get_spec
+    from grpo_marl.vec import make_vec_env
+    from grpo_marl.vec.ports import PORTS, register_port
+    from grpo_marl.vec.ports.classic import CartPoleVec
+
+    gym.register("UserCartPole-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv", max_episode_steps=500)
+    spec = get_spec("gym:UserCartPole-v0")
+    try:
+        assert not isinstance(make_vec_env(spec, 2, vectorization="auto"), CartPoleVec)  # no port yet
+        register_port("UserCartPole-v0", CartPoleVec, auto=False)
+        assert isinstance(make_vec_env(spec, 2, vectorization="native"), CartPoleVec)
+        assert not isinstance(make_vec_env(spec, 2, vectorization="auto"), CartPoleVec)
+        register_port("UserCartPole-v0", "grpo_marl.vec.ports.classic:CartPoleVec", overwrite=True)
+        assert isinstance(make_vec_env(spec, 2, vectorization="auto"), CartPoleVec)
+        assert not isinstance(make_vec_env(spec, 2, vectorization="sync"), CartPoleVec)
+        with pytest.raises(ValueError, match="port 'UserCartPole-v0' is already registered"):
+            register_port("UserCartPole-v0", CartPoleVec)
+    finally:
+        PORTS.pop("UserCartPole-v0")
+        gym.registry.pop("UserCartPole-v0")

@@ -10,7 +10,7 @@ import gymnasium as gym
 import pytest
 
 import grpo_marl
-from grpo_marl.registry import UnknownEnvError, get_spec, list_envs, make_env, register_env
+from grpo_marl.registry import UnknownEnvError, get_spec, list_envs, load_defaults, make_env, register_env
 
 BUILTINS = {
     "cartpole": ("CartPole-v1", 475.0),
@@ -41,6 +41,64 @@ def test_short_names_resolve(name: str) -> None:
 def test_builtins_carry_tuned_defaults() -> None:
     defaults = get_spec("cartpole").defaults
     assert defaults["grpo"]["algo"]["lr"] > 0  # envs/conf/cartpole.yaml is loaded
+
+
+def test_every_shipped_defaults_file_is_an_envs_defaults() -> None:
+    """One format: each envs/conf file (but the shared bases, ``_*.yaml``) is the tuned defaults
+    of the registered env of its name, multi-agent and text envs included, and nothing else."""
+    from envs import CONF_DIR
+
+    files = sorted(p.stem for p in CONF_DIR.glob("*.yaml") if not p.stem.startswith("_"))
+    assert {"cartpole", "simple_spread", "pursuit", "arith_chat", "text_jsonl"} <= set(files)
+    for name in files:
+        assert get_spec(name).defaults == load_defaults(CONF_DIR / f"{name}.yaml"), name
+    spread = get_spec("simple_spread").defaults
+    assert spread["grpo"]["algo"]["num_groups"] == 16 and spread["mappo"]["algo"]["lr"] == 0.002
+
+
+def test_defaults_files_build_on_others_as_in_hydra() -> None:
+    """``defaults: [base]`` merges the base file first, then the file's own values: arith_chat
+    shares the text settings of ``_text.yaml``, quadratic_chat changes only what differs from
+    arith_chat, and a value the file does not repeat is the base's."""
+    chat, qchat = get_spec("arith_chat").defaults, get_spec("quadratic_chat").defaults
+    assert chat["grpo"]["algo"]["advantage"] == "outcome"  # from _text.yaml
+    assert chat["grpo"]["algo"]["aggregation"] == "dapo"  # its own value wins over _text's grpo
+    assert qchat["common"]["model"] == chat["common"]["model"]
+    assert qchat["grpo"]["algo"]["lr_schedule"] == "constant"
+    assert qchat["common"]["text"]["prompt_sampling"] == "uniform"
+    assert qchat["grpo"]["algo"]["micro_batch_rows"] == chat["grpo"]["algo"]["micro_batch_rows"]
+    assert "defaults" not in chat
+
+
+def test_register_env_takes_a_defaults_file(registry_sandbox, tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("common:\n  total_steps: 7\n  seed: 3\n")
+    (tmp_path / "mine.yaml").write_text("defaults: [base]\ncommon:\n  seed: 4\ngrpo:\n  algo: {lr: 0.5}\n")
+
+    def cartpole() -> gym.Env:
+        return gym.make("CartPole-v1")
+
+    spec = register_env("from_file", cartpole, defaults=tmp_path / "mine.yaml")
+    assert spec.defaults == {"common": {"total_steps": 7, "seed": 4}, "grpo": {"algo": {"lr": 0.5}}}
+    assert register_env("from_str", cartpole, defaults=str(tmp_path / "mine.yaml")).defaults == spec.defaults
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "does not exist"),
+        ("common: [unclosed\n", "is not valid YAML"),
+        ("- a list\n", "must hold a mapping of sections"),
+        ("defaults: 3\n", "'defaults' must be a list of file names"),
+        ("defaults: [bad]\n", "includes itself"),
+    ],
+)
+def test_defaults_file_errors_name_the_file(tmp_path: Path, text: str | None, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ValueError, match=message) as info:
+        load_defaults(path)
+    assert "bad.yaml" in str(info.value)
 
 
 def test_top_level_api_is_the_registry() -> None:

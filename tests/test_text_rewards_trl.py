@@ -167,18 +167,41 @@ def test_none_means_the_reward_does_not_apply(tmp_path: Path, outside: Any) -> N
     assert all(np.isfinite(v).all() for v in per.values())
 
 
-def test_nan_is_still_refused_and_none_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_installed_package_registers_rewards_by_name(tmp_path: Path, outside: Any) -> None:
+    """A ``grpo_marl.rewards`` entry point (tests/outside_pkg's ``solution_match``) is a reward
+    name like a built-in: found when first asked for, without importing the package by hand."""
+    import envs.text.rewards as rewards
+
+    saved = rewards.REWARDS.state()
+    rewards.REWARDS.entry_points_loaded = False  # the package was put on the path after startup
+    try:
+        assert rewards.get_reward("solution_match") is outside.solution_match
+        task = jsonl_task(
+            str(_jsonl(tmp_path / "d.jsonl", ROWS)), eval_frac=0.0, answer_key="solution", rewards=["solution_match"]
+        )
+        total, _, _ = task.score(list(task.train.prompts), ["4", "77", "2"], list(task.train.answers))
+        assert total.tolist() == [1.0, 0.0, 1.0]
+        with pytest.raises(ConfigError, match=r"unknown reward 'solution_mach'.*Did you mean solution_match\?"):
+            rewards.get_reward("solution_mach")
+    finally:
+        rewards.REWARDS.restore(saved)
+
+
+def test_nan_is_still_refused_and_none_is_not() -> None:
     import envs.text.rewards as rewards
 
     def maybe(prompts, completions, **kwargs):  # type: ignore[no-untyped-def]
         return [None if c == "skip" else float("nan") if c == "nan" else 1.0 for c in completions]
 
-    monkeypatch.setitem(rewards.REWARDS, "maybe_trl", maybe)
-    task = arithmetic_task(operands=[1], rewards={"maybe_trl": 1.0})
-    total, _, _ = task.score(["1+1="], ["skip"], ["2"])
-    assert total.tolist() == [0.0]
-    with pytest.raises(RewardFunctionError, match="returned nan for completion 'nan'"):
-        task.score(["1+1="], ["nan"], ["2"])
+    rewards.register_reward("maybe_trl")(maybe)
+    try:
+        task = arithmetic_task(operands=[1], rewards={"maybe_trl": 1.0})
+        total, _, _ = task.score(["1+1="], ["skip"], ["2"])
+        assert total.tolist() == [0.0]
+        with pytest.raises(RewardFunctionError, match="returned nan for completion 'nan'"):
+            task.score(["1+1="], ["nan"], ["2"])
+    finally:
+        rewards.REWARDS.pop("maybe_trl")
 
 
 def test_weighted_sets_in_both_forms_and_their_refusals() -> None:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from grpo_marl.errors import ConfigError
+from grpo_marl.registry import Registry
 
 
 class RewardFunc(Protocol):
@@ -51,17 +52,17 @@ class RewardFunc(Protocol):
     ) -> list[float]: ...
 
 
-REWARDS: dict[str, RewardFunc] = {}
+#: Every reward function by name: the built-ins below, :func:`register_reward` from user code, and
+#: the ``grpo_marl.rewards`` entry points of installed packages (each a reward function; loaded when
+#: a name is not found, and a plugin that fails to import is named only when its reward is asked for).
+REWARDS: Registry[RewardFunc] = Registry("reward", entry_point_group="grpo_marl.rewards", error=ConfigError)
 
 
-def register_reward(name: str) -> Callable[[RewardFunc], RewardFunc]:
+def register_reward(name: str, *, overwrite: bool = False) -> Callable[[RewardFunc], RewardFunc]:
     """Decorator: make a reward function available to configs as ``name``."""
 
     def deco(fn: RewardFunc) -> RewardFunc:
-        if name in REWARDS and REWARDS[name] is not fn:
-            raise ValueError(f"reward {name!r} is already registered")
-        REWARDS[name] = fn
-        return fn
+        return REWARDS.register(name, fn, overwrite=overwrite)
 
     return deco
 
@@ -74,22 +75,23 @@ def get_reward(spec: str | RewardFunc) -> RewardFunc:
         return spec
     if not isinstance(spec, str):
         raise ConfigError(f"reward {spec!r} is not a name or 'package.module:function'")
-    if spec in REWARDS:
-        return REWARDS[spec]
-    if ":" in spec:
-        mod_name, _, attr = spec.partition(":")
-        try:
-            obj: object = importlib.import_module(mod_name)
-        except ImportError as e:
-            raise ConfigError(f"reward {spec!r}: cannot import module {mod_name!r} ({e})") from e
-        for part in attr.split("."):
-            if not hasattr(obj, part):
-                raise ConfigError(f"reward {spec!r}: module {mod_name!r} has no attribute {attr!r}")
-            obj = getattr(obj, part)
-        if not callable(obj):
-            raise ConfigError(f"reward {spec!r} is not callable")
-        return obj  # type: ignore[return-value]
-    raise ConfigError(f"unknown reward {spec!r}; registered: {sorted(REWARDS)}, or give 'package.module:function'")
+    if ":" not in spec:
+        found = REWARDS.find(spec)
+        if found is None:
+            raise ConfigError(REWARDS.unknown_message(spec) + " Or give 'package.module:function'.")
+        return found
+    mod_name, _, attr = spec.partition(":")
+    try:
+        obj: object = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise ConfigError(f"reward {spec!r}: cannot import module {mod_name!r} ({e})") from e
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"reward {spec!r}: module {mod_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ConfigError(f"reward {spec!r} is not callable")
+    return obj  # type: ignore[return-value]
 
 
 # ----------------------------------------------------------------------------- weights and signatures

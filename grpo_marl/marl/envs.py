@@ -82,7 +82,7 @@ _SHIPPED_DEFAULTS: dict[str, dict[str, Any]] = {
     # butterfly/sisl families beyond MPE (the "marl-extra" install): library defaults, which are
     # the settings of the published references (cooperative_pong 900 cycles, KAZ 900 cycles and
     # 10 zombies, multiwalker 3 walkers / 500 cycles, pistonball 20 pistons / 125 cycles); the
-    # observation preprocessing lives in envs/multiagent.py (TUNED[...]["common"]["env_preprocess"]).
+    # observation preprocessing is in their tuned defaults (envs/conf/<name>.yaml, common.env_preprocess).
 }
 
 # Extra short names for variants of a registry env: short name -> (registry id, kwargs, what).

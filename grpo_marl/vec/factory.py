@@ -26,22 +26,6 @@ from grpo_marl.vec.drivers import Driver
 from grpo_marl.vec.local import LocalVec
 from grpo_marl.vec.workers import WorkerVec
 
-#: Ports that ``auto`` picks (each checked step for step against the original env in the tests);
-#: ``vec.vectorization=sync`` (or ``async``) keeps the original Gymnasium / mpe2 envs for cross-checks.
-AUTO_PORTS: frozenset[str] = frozenset(
-    {
-        "CartPole-v1",
-        "CartPole-v0",
-        "Acrobot-v1",
-        "Pendulum-v1",
-        "MountainCar-v0",
-        "MountainCarContinuous-v0",
-        "simple_spread_v3",
-        "simple_speaker_listener_v4",
-        "simple_reference_v3",
-    }
-)
-
 
 def resolve_workers(requested: int, num_envs: int, cpus: int | None = None) -> int:
     """``-1`` (auto) -> in-process on machines with <= 2 cores or below 16 envs, else one worker
@@ -98,13 +82,13 @@ def port_vec(
     with_state: bool,
 ) -> VecEnv | None:
     """The batched numpy port of env ``name``'s original id ``target`` when ``vectorization`` picks one (``native``
-    always, ``auto`` for :data:`AUTO_PORTS`; never when rendering), else None; ``native`` without a
+    always, ``auto`` for ports registered with ``auto=True``; never when rendering), else None; ``native`` without a
     port is refused."""
     from grpo_marl.vec.ports import port_class
 
     if vectorization in ("auto", "native") and not env_kwargs.get("render_mode"):
-        port = port_class(target) if target else None
-        if port is not None and (vectorization == "native" or target in AUTO_PORTS):
+        port = port_class(target, auto=vectorization == "auto") if target else None
+        if port is not None:
             vec: VecEnv = port(num_envs, with_state=with_state, **env_kwargs)
             return vec
     if vectorization == "native":
