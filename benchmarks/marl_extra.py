@@ -113,10 +113,9 @@ class Displacement:
 def _cfg(env: str) -> Any:
     import envs.multiagent  # noqa: F401
     from grpo_marl.registry import get_spec
+    from grpo_marl.settings import reference
 
-    cfg = OmegaConf.load(ROOT / "grpo_marl/conf/config.yaml")
-    cfg.pop("defaults")
-    cfg.pop("hydra")
+    cfg = reference("grpo")  # every key at its default
     cfg.env = env
     common = (get_spec(env).defaults or {}).get("common", {})
     if "env_preprocess" in common:

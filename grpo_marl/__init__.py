@@ -13,6 +13,11 @@ from grpo_marl.advantages import (
     zero_std_groups,
 )
 from grpo_marl.registry import EnvSpec, UnknownEnvError, get_spec, list_envs, make_env, register_env
+from grpo_marl.settings import register_configs
+
+# The YAML files of grpo_marl/conf build on the settings dataclasses (Hydra's ConfigStore): stored
+# on import, so composing them works from every entry point (CLI, fit, benchmarks, tests).
+register_configs()
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -45,11 +45,9 @@ def fit(env: str = "cartpole", *, run_dir: str | Path | None = None, **overrides
     ``run_dir`` defaults to ``runs/<env>/<algo>_seed<seed>_<time>`` like the CLI. Configuration
     mistakes raise :class:`grpo_marl.errors.UserInputError` before anything is built.
     """
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf, open_dict
 
-    from grpo_marl.config import _safe, check_command_line
+    from grpo_marl.config import _safe, check_command_line, compose
     from grpo_marl.train import run
 
     args, late = overrides_from_mapping(overrides)
@@ -57,16 +55,13 @@ def fit(env: str = "cartpole", *, run_dir: str | Path | None = None, **overrides
     problems = check_command_line(args)  # the CLI's checks: unknown keys with "did you mean", options
     if problems:
         raise UserInputError("invalid overrides:\n  - " + "\n  - ".join(problems))
-    if GlobalHydra.instance().is_initialized():
-        GlobalHydra.instance().clear()
-    conf_dir = str(Path(__file__).resolve().parent / "conf")
-    with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-        try:
-            cfg = compose(config_name="config", overrides=args)
-        except Exception as exc:  # Hydra's own errors for what the checks above do not cover
-            raise UserInputError(f"invalid overrides {args[1:]}: {exc}") from exc
+    try:
+        cfg = compose(args)  # a value of the wrong type: ConfigError, the CLI's message
+    except UserInputError:
+        raise
+    except Exception as exc:  # Hydra's own errors for what the checks above do not cover
+        raise UserInputError(f"invalid overrides {args[1:]}: {exc}") from exc
     with open_dict(cfg):
-        cfg.pop("hydra", None)
         for key, value in late.items():
             OmegaConf.update(cfg, key, value, merge=False, force_add=True)
     if run_dir is None:

@@ -1,6 +1,8 @@
-"""Configuration: per-env defaults, derived sizes and validation with actionable errors.
+"""Configuration: composition, per-env defaults, derived sizes and validation with actionable errors.
 
-Hydra composes ``conf/config.yaml`` + ``conf/algo/<algo>.yaml`` + the command line. The env's tuned
+The keys, their defaults, types and rules are the dataclasses of :mod:`grpo_marl.settings`; Hydra
+composes them with ``conf/config.yaml`` + ``conf/algo/<algo>.yaml`` + the command line
+(:func:`compose`). The env's tuned
 defaults must sit *between* the files and the command line (they know better than the generic file,
 but never better than the user), which Hydra's defaults list cannot express for envs that are not
 config files (``env=gym:ID``, ``env=pkg.mod:factory``, envs registered from Python). So
@@ -9,18 +11,20 @@ config files (``env=gym:ID``, ``env=pkg.mod:factory``, envs registered from Pyth
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from grpo_marl import schema
+from grpo_marl import settings
 from grpo_marl.errors import ConfigError
 from grpo_marl.registry import EnvSpec, get_spec
+from grpo_marl.settings import int_or_none
 
-__all__ = ["ConfigError", "register_validator", "resolve_config", "user_override_keys", "validate"]
+__all__ = ["ConfigError", "compose", "resolve_config", "user_override_keys", "validate"]
 
 
 def _safe(name: str) -> str:
@@ -57,43 +61,36 @@ def env_defaults(spec: EnvSpec, algo: str) -> dict[str, Any]:
     return OmegaConf.to_container(merged)  # type: ignore[return-value]
 
 
-_CONF_DIR = __import__("pathlib").Path(__file__).parent / "conf"
+CONF_DIR = Path(__file__).parent / "conf"
 # Sections whose keys are free-form (passed through to a factory or a mapping).
 FREE_FORM = ("env_kwargs", "marl.groups")
 
 
-def group_choices(overrides: list[str], explicit_only: bool = False) -> dict[str, str]:
-    """Which option of each config group the command line selected (``default`` otherwise;
-    ``explicit_only``: only the groups the command line names)."""
+def group_choices(overrides: list[str]) -> dict[str, str]:
+    """The option of each config group the command line names (``algo=ppo`` -> ``{"algo": "ppo"}``)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    choices = {} if explicit_only else {"algo": "grpo", "model": "default", "text": "default"}
+    choices: dict[str, str] = {}
     for ov in OverridesParser.create().parse_overrides(overrides=list(overrides)):
         if ov.key_or_group in CONFIG_GROUPS and not ov.is_delete():
             choices[ov.key_or_group] = str(ov.value())
     return choices
 
 
-def reference_config(choices: dict[str, str]) -> DictConfig:
-    """The config files' own keys: what a key on the command line may name."""
-    return _reference_config(tuple(sorted(choices.items()))).copy()
+def reference_config(algo: str) -> DictConfig:
+    """Every key of a run with algorithm ``algo`` (the dataclasses of :mod:`grpo_marl.settings`):
+    what a key on the command line, in a config file or in an env's defaults may name. ``algo``
+    is an algorithm name; the shipped ``algo=`` options are named after their algorithm."""
+    return _reference_config(algo).copy()
 
 
 @functools.lru_cache(maxsize=16)
-def _reference_config(choices: tuple[tuple[str, str], ...]) -> DictConfig:
-    ref = OmegaConf.load(_CONF_DIR / "config.yaml")
-    assert isinstance(ref, DictConfig)
-    for key in ("defaults", "hydra"):
-        ref.pop(key, None)
-    for group, option in choices:
-        path = _CONF_DIR / group / f"{option}.yaml"
-        if path.exists():
-            ref[group] = OmegaConf.load(path)
-    return ref
+def _reference_config(algo: str) -> DictConfig:
+    return settings.reference(algo)
 
 
 def unknown_keys(cfg: DictConfig, ref: DictConfig, prefix: str = "") -> list[str]:
-    """Dotted keys of ``cfg`` that no config file defines (e.g. added with ``+algo.grup_size=``)."""
+    """Dotted keys of ``cfg`` that no section declares (e.g. added with ``+algo.grup_size=``)."""
     import difflib
 
     problems = []
@@ -134,7 +131,7 @@ def check_command_line(args: list[str]) -> list[str]:
             if ov.is_sweep_override() or ov.is_delete():
                 return []  # sweeps over config groups: Hydra checks each job
             option = str(ov.value())
-            options = sorted(p.stem for p in (_CONF_DIR / ov.key_or_group).glob("*.yaml"))
+            options = sorted(p.stem for p in (CONF_DIR / ov.key_or_group).glob("*.yaml"))
             if option not in options:
                 problems.append(
                     f"{ov.key_or_group}={option} is not a config option; choose one of {', '.join(options)}"
@@ -142,7 +139,7 @@ def check_command_line(args: list[str]) -> list[str]:
             choices[ov.key_or_group] = option
     if problems:
         return problems
-    ref = reference_config(choices)
+    ref = reference_config(choices["algo"])
     for ov in parsed:
         key = ov.key_or_group
         if key in CONFIG_GROUPS or key.startswith("hydra") or key == "env_kind":
@@ -160,9 +157,9 @@ def check_command_line(args: list[str]) -> list[str]:
         node = OmegaConf.select(ref, parent) if parent else ref
         if isinstance(node, DictConfig) and leaf in node:
             continue
+        if parent == "algo" and not len(ref.algo):
+            continue  # an algorithm without a settings dataclass: its keys are its own
         if not isinstance(node, DictConfig) or not len(node):
-            if node is None and parent in FREE_FORM:
-                continue
             problems.append(f"unknown key {key}")
             continue
         close = difflib.get_close_matches(leaf, [str(k) for k in node], n=1)
@@ -171,14 +168,70 @@ def check_command_line(args: list[str]) -> list[str]:
     return problems
 
 
+def compose(overrides: list[str], config_name: str = "config", config_dir: Path | None = None) -> DictConfig:
+    """Hydra's composition of ``config_name`` in ``config_dir`` (grpo_marl's ``conf`` by default;
+    a user's directory is searched first, grpo_marl's after, as Hydra's CLI does) with
+    ``overrides``, without the ``hydra`` node. The one composition the CLI's preflight,
+    :func:`grpo_marl.fit` and the tests use: a value of the wrong type for its field (OmegaConf's
+    ``ValidationError``, ``algo.epochs=1.5``) raises :class:`ConfigError` with the same one-line
+    message validation gives; any other composition error is Hydra's, raised as it is."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import ConfigCompositionException
+
+    args = list(overrides)
+    if config_dir is not None and Path(config_dir).resolve() != CONF_DIR.resolve():
+        args.append(f"hydra.searchpath=[file://{CONF_DIR}]")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir or CONF_DIR), version_base="1.3"):
+            cfg = hydra_compose(config_name=config_name, overrides=args)
+    except ConfigCompositionException as exc:
+        message = type_error_message(exc)
+        if message is None:
+            raise
+        raise ConfigError("invalid configuration:\n  - " + message) from exc
+    finally:
+        GlobalHydra.instance().clear()
+    with open_dict(cfg):
+        cfg.pop("hydra", None)
+    return cfg
+
+
+def type_error_message(exc: BaseException) -> str | None:
+    """The one-line message for OmegaConf's type error somewhere in ``exc``'s causes (``key=value
+    must be ...``), or None when ``exc`` is not one."""
+    from omegaconf.errors import ValidationError
+
+    cause: BaseException | None = exc
+    while cause is not None and not (isinstance(cause, ValidationError) and getattr(cause, "full_key", None)):
+        cause = cause.__cause__
+    if cause is None:
+        return None
+    key = re.sub(r"(\[\d+\])+$", "", str(cause.full_key))
+    value = getattr(cause, "value", None)
+    leaf = key.rpartition(".")[2]
+    owner = getattr(cause, "object_type", None)
+    parent = getattr(cause, "parent_node", None)
+    if key != cause.full_key and parent is not None:  # an element of a list: the list's section
+        owner = OmegaConf.get_type(parent._get_parent())
+    spec = None
+    if dataclasses.is_dataclass(owner):
+        spec = next((f.metadata.get("key") for f in dataclasses.fields(owner) if f.name == leaf), None)
+    if spec is None:
+        return f"{key}={value}: {str(cause).splitlines()[0]}"
+    return settings.check_value(key, value, spec) or f"{key}={value} must be {spec.describe()}"
+
+
 def resolve_config(cfg: DictConfig, overrides: list[str] | None = None) -> DictConfig:
     """Merge env defaults under the command-line overrides and fill derived sizes."""
-    bad = unknown_keys(cfg, reference_config(group_choices(overrides or [])))
+    bad = unknown_keys(cfg, reference_config(str(cfg.algo.name)))
     if bad:
         raise ConfigError(
             "invalid configuration:\n  - "
             + "\n  - ".join(bad)
-            + "\n(keys must exist in grpo_marl/conf; free-form sections: "
+            + "\n(keys must exist in grpo_marl/settings.py; free-form sections: "
             + ", ".join(FREE_FORM)
             + ")"
         )
@@ -189,8 +242,10 @@ def resolve_config(cfg: DictConfig, overrides: list[str] | None = None) -> DictC
     if defaults:
         try:
             out = cast(DictConfig, OmegaConf.merge(out, OmegaConf.create(defaults)))
-        except Exception as exc:  # struct-mode key errors from a bad defaults dict
-            raise ConfigError(f"env {spec.name!r} has invalid tuned defaults: {exc}") from exc
+        except Exception as exc:  # struct-mode key errors or a value of the wrong type
+            raise ConfigError(
+                f"env {spec.name!r} has invalid tuned defaults: {type_error_message(exc) or exc}"
+            ) from exc
     user_keys = user_override_keys(overrides or [])
     for key in user_keys:
         value = OmegaConf.select(cfg, key, throw_on_missing=False)
@@ -219,7 +274,7 @@ def unreachable_threshold(cfg: DictConfig) -> str | None:
     a shorter budget (``env=arithmetic total_steps=64``) the trainer says so in one line."""
     if cfg.train.stop_on_threshold is not True:
         return None
-    every, total = _int_or_none(cfg.eval.every_steps), _int_or_none(cfg.get("total_steps"))
+    every, total = int_or_none(cfg.eval.every_steps), int_or_none(cfg.total_steps)
     if not every or total is None or every <= total:
         return None
     return (
@@ -239,8 +294,8 @@ def derive_eval_interval(cfg: DictConfig) -> None:
     registered without defaults): ``total_steps / 10``, so ``steps_to_threshold`` is measured
     (with the config file's 0 only the final evaluation would run, and it never records the
     threshold's crossing). An explicit ``eval.every_steps=0`` keeps final-only evaluation."""
-    total = _int_or_none(cfg.get("total_steps"))
-    if cfg.train.threshold is None or _int_or_none(cfg.eval.every_steps) != 0 or not total or total <= 0:
+    total = int_or_none(cfg.total_steps)
+    if cfg.train.threshold is None or int_or_none(cfg.eval.every_steps) != 0 or not total or total <= 0:
         return
     cfg.eval.every_steps = max(1, total // DERIVED_EVALUATIONS)
 
@@ -261,47 +316,13 @@ def derive_sizes(cfg: DictConfig) -> None:
             cfg.algo.minibatches = max(1, steps // max(int(cfg.algo.batch_size), 1))
 
 
-# Validators registered per section so kinds/algorithms can add their own without editing here.
-Validator = Callable[[DictConfig], list[str]]
-VALIDATORS: list[Validator] = []
-
-
-def register_validator(fn: Validator) -> Validator:
-    VALIDATORS.append(fn)
-    return fn
-
-
-@register_validator
-def _validate_common(cfg: DictConfig) -> list[str]:
-    """Cross-key rules shared by every algorithm (types and ranges are in :mod:`grpo_marl.schema`)."""
-    errors: list[str] = []
-    dev = str(cfg.device)
-    if not (dev in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", dev)):
-        errors.append(f"device={dev} is not valid; use auto, cpu, cuda or cuda:N")
-    elif dev.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            errors.append(f"device={dev} but CUDA is not available here; use device=auto or device=cpu")
-    t = cfg.train
-    if t.stop_on_threshold is True:
-        if t.threshold is None:
-            errors.append(
-                f"train.stop_on_threshold=true but env {cfg.env!r} has no threshold; set train.threshold=<return>"
-            )
-        if _int_or_none(cfg.eval.every_steps) == 0:
-            errors.append(
-                "train.stop_on_threshold=true needs periodic evaluations; set eval.every_steps=<env steps>, e.g. 10000"
-            )
-    return errors
-
-
 def _algo_kind_error(cfg: DictConfig) -> str | None:
     """An algorithm that cannot train this env's family (every other check would be noise then).
     Which algorithms train a family is the family's (:attr:`grpo_marl.families.EnvFamily.algos`)."""
-    from grpo_marl.algos import ALGOS
+    from grpo_marl.algos import ALGOS, _load_builtin_algos
     from grpo_marl.families import FAMILIES, family_of
 
+    _load_builtin_algos()
     name, family = str(cfg.algo.name), family_of(cfg)
     if name not in ALGOS:
         return f"algo.name={name} is not an installed algorithm; choose one of {', '.join(sorted(ALGOS))}"
@@ -312,42 +333,21 @@ def _algo_kind_error(cfg: DictConfig) -> str | None:
     return None
 
 
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-@register_validator
-def _validate_grpo(cfg: DictConfig) -> list[str]:
-    if cfg.algo.name != "grpo":
-        return []
-    # algo.loss / algo.aggregation name registries: the schema reads them (schema.Registered).
-    from grpo_marl.families import family_of
-
-    return family_of(cfg).grpo_errors(cfg)  # group modes, rollouts, vector widths the family allows
-
-
 def validate(cfg: DictConfig) -> None:
-    """Check every declared key's type and range (:mod:`grpo_marl.schema`), then every registered
-    cross-key validator; raise one :class:`ConfigError` listing all problems, one line each."""
-    from grpo_marl.algos import _load_builtin_algos
-
-    _load_builtin_algos()  # algorithms register their own validators when imported
+    """Check every declared key's type and range (:func:`grpo_marl.settings.check`), then the rules
+    across keys of every section (its ``errors``; a section whose values, or those of the sections
+    it ``reads``, are already refused is skipped: its rules would repeat the error); raise one
+    :class:`ConfigError` listing all problems, one line each."""
     wrong_algo = _algo_kind_error(cfg)
     if wrong_algo:
         raise ConfigError("invalid configuration:\n  - " + wrong_algo)
-    bad = schema.check(cfg)
+    bad = settings.check(cfg)
     errors: list[str] = list(bad.values())
-    for fn in VALIDATORS:
-        try:
-            found = fn(cfg)
-        except Exception:
-            if not bad:
-                raise
-            continue  # a validator tripped over a value the schema already reported
-        for message in found:
-            # A rule about a key the schema already refused (or one derived from it) is noise.
-            if message in errors or any(re.search(rf"\b{re.escape(k.rpartition('.')[2])}\b", message) for k in bad):
-                continue
-            errors.append(message)
+    for prefix, section in settings.sections(str(cfg.algo.name)):
+        watched = [prefix, *(f"{r}." for r in section.reads)] if prefix else [f"{r}." for r in section.reads]
+        own = [k for k in bad if (k.startswith(prefix) if prefix else "." not in k)]
+        if own or any(k.startswith(w) or k == w[:-1] for k in bad for w in watched):
+            continue
+        errors += [m for m in section.errors(cfg) if m not in errors]
     if errors:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(errors))

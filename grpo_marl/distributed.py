@@ -38,8 +38,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
-from grpo_marl.config import register_validator
-
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
 
@@ -164,23 +162,6 @@ def rank_config(cfg: DictConfig, ctx: DistContext, seed_offset: int = 0) -> Dict
                 if isinstance(value, int) and value > 0:
                     OmegaConf.update(out, key, value // ctx.world_size, merge=False)
     return out
-
-
-@register_validator
-def _validate_split(cfg: DictConfig) -> list[str]:
-    """Under torchrun, the global batch must split evenly over the ranks."""
-    errors: list[str] = []  # autocast / distributed.* choices: grpo_marl/schema.py
-    world = env_world_size()
-    if world <= 1:
-        return errors
-    for key in split_keys(cfg):
-        value = OmegaConf.select(cfg, key)
-        if isinstance(value, int) and value > 0 and value % world:
-            errors.append(
-                f"{key}={value} does not split over {world} torchrun ranks (each rank collects "
-                f"{key}/{world}); use a multiple of {world}"
-            )
-    return errors
 
 
 # -- DDP ------------------------------------------------------------------------------------------

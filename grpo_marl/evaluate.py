@@ -53,7 +53,7 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Any, Any, Any]:
 
 
 def _greedy(cfg: Any) -> bool:
-    return bool(cfg.eval.get("deterministic", True))
+    return bool(cfg.eval.deterministic)
 
 
 def record_gifs(cfg: Any, task: Any, out_dir: Path, episodes: int, seed: int) -> list[Path]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from grpo_marl.errors import MissingExtraError, UserInputError
@@ -42,8 +43,6 @@ __all__ = [
 
 #: Every ``vec.vectorization`` the framework knows (a family may support fewer).
 VECTORIZATIONS = ("auto", "native", "sync", "async")
-#: Group modes that compare the agents of one episode (they need a multi-agent env).
-AGENT_GROUP_MODES = ("agent", "seed_agent")
 
 
 class EnvFamily:
@@ -172,13 +171,13 @@ class EnvFamily:
 
     def grpo_errors(self, cfg: DictConfig) -> list[str]:
         """The family's rules on GRPO's group and rollout keys (one message per problem, naming the key)."""
-        from grpo_marl.config import _int_or_none
+        from grpo_marl.settings import int_or_none
 
         a, errors = cfg.algo, []
         from grpo_marl.groups import GROUP_MODES
 
-        mode = a.get("group_mode")
-        gm = GROUP_MODES.find(str(mode)) if mode is not None else None
+        mode = a.group_mode
+        gm = GROUP_MODES.find(str(mode))
         why = self.group_mode_error(gm) if gm is not None else None
         if why is not None:
             if why == "multi-agent":
@@ -191,10 +190,10 @@ class EnvFamily:
                     f"algo.group_mode={mode} is not supported by env {cfg.env!r} ({self.noun}); "
                     f"choose one of {', '.join(self.group_modes)}"
                 )
-        vectorization = cfg.vec.get("vectorization", "auto")
+        vectorization = cfg.vec.vectorization
         if gm is not None and gm.snapshots and vectorization == "async" and not self.async_snapshots:
             errors.append(f"algo.group_mode={mode} needs env snapshots: use vec.vectorization=sync or auto")
-        if a.get("rollout", "batch") == "stream":
+        if a.rollout == "stream":
             if not self.streams or gm is None or not gm.streams:
                 errors.append(
                     f"algo.rollout=stream streams seed groups of single-agent envs (here group_mode={mode}, "
@@ -205,13 +204,18 @@ class EnvFamily:
                     "algo.rollout=stream starts members from env snapshots: use vec.vectorization=sync or auto"
                 )
         if self.one_env_per_member:
-            groups, size, n = _int_or_none(a.num_groups), _int_or_none(a.group_size), _int_or_none(cfg.vec.num_envs)
+            groups, size, n = int_or_none(a.num_groups), int_or_none(a.group_size), int_or_none(cfg.vec.num_envs)
             if groups and size and n and n != groups * size:
                 errors.append(
                     f"vec.num_envs={n} does not fit algo.num_groups={groups} x algo.group_size={size} = "
                     f"{groups * size} (GRPO runs one env per group member); leave vec.num_envs=0 to derive it"
                 )
         return errors
+
+    def text_errors(self, cfg: DictConfig) -> list[str]:
+        """The family's rules on the ``model`` and ``text`` sections (those of a text family: model
+        paths, prompt files, extras); called by :meth:`grpo_marl.settings.ModelSettings.errors`."""
+        return []
 
 
 def _installed(module: str) -> bool:
@@ -313,7 +317,7 @@ class PettingZooFamily(EnvFamily):
         # butterfly/sisl families and SuperSuit preprocessing need the marl extra
         from grpo_marl.marl import preprocess
 
-        section = cfg.get("env_preprocess") or {}
+        section = cfg.env_preprocess
         absent = preprocess.missing_modules(spec.name, section)
         if absent:
             raise MissingExtraError(preprocess.missing_extra_message(spec.name, absent))
@@ -388,11 +392,19 @@ class TextFamily(EnvFamily):
     algos = ("grpo",)
     snapshots = False  # a prompt's completions are its group; there is no env state to branch
     task = "grpo_marl.tasks.text:TextTask"
+    #: ``"module:function"`` of the rules on the model/text sections and prompt files (imported
+    #: lazily, as the Task: they live with the text envs, whose keyword arguments they check)
+    text_rules: ClassVar[str] = "envs.text:text_config_errors"
 
     def check_extras(self, cfg: DictConfig, spec: EnvSpec) -> None:
         self._require(spec, list(self.extras), "text env")
-        if bool(cfg.get("model", {}).get("lora", {}).get("enabled", False)):
+        if cfg.model.lora.enabled:
             self._require(spec, [("peft", "lora")], "model.lora.enabled=true")
+
+    def text_errors(self, cfg: DictConfig) -> list[str]:
+        module, _, name = self.text_rules.partition(":")
+        rules: Callable[[DictConfig], list[str]] = getattr(importlib.import_module(module), name)
+        return rules(cfg)
 
 
 def _family_entry_point(name: str, obj: Any) -> None:

@@ -40,7 +40,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 import grpo_marl.config as config_mod  # registers the ${safe:} resolver before Hydra composes
-import grpo_marl.distributed as dist  # registers the torchrun batch-split validator
+import grpo_marl.distributed as dist
 from grpo_marl import stopping
 from grpo_marl.checkpoint import checkpoint_path, previous_path, read_checkpoint
 from grpo_marl.errors import (
@@ -81,7 +81,7 @@ def _resume_config(cfg: DictConfig, overrides: list[str], dry: bool = False) -> 
         "autocast", "distributed.backend", "distributed.find_unused_parameters",
     }  # fmt: skip
     # A config-group switch (algo=ppo) would replace a whole section: refused like any other key.
-    for group, option in config_mod.group_choices(overrides, explicit_only=True).items():
+    for group, option in config_mod.group_choices(overrides).items():
         was = str(OmegaConf.select(saved, f"{group}.name", default=None) or "default")
         if option != was:
             raise ConfigError(
@@ -324,9 +324,9 @@ def _read_summary(run_dir: Path) -> dict[str, Any]:
 def _merge_summary(cfg: DictConfig, previous: dict[str, Any]) -> dict[str, Any]:
     """The run's identity (env, algo, seed) under what ``previous`` already says."""
     return {
-        "env": str(cfg.get("env")),
+        "env": str(cfg.env),
         "algo": str(OmegaConf.select(cfg, "algo.name")),
-        "seed": cfg.get("seed"),
+        "seed": cfg.seed,
         **previous,
     }
 
@@ -502,13 +502,13 @@ def _run_cli(cfg: DictConfig, overrides: list[str], run_dir: Path) -> None:
     from grpo_marl.trainer import STOP_ERRORS
 
     where = f"rank {dist.env_rank()}: " if dist.env_world_size() > 1 else ""
-    actual_dir = Path(str(cfg.resume)).expanduser() if cfg.get("resume") else run_dir
+    actual_dir = Path(str(cfg.resume)).expanduser() if cfg.resume else run_dir
     try:
         summary = run(cfg, overrides, run_dir)
     except UserInputError as exc:
         if _debug():
             traceback.print_exc()
-        if dist.env_rank() == 0 and not _PREEXISTING_DIR and not cfg.get("resume"):
+        if dist.env_rank() == 0 and not _PREEXISTING_DIR and not cfg.resume:
             from grpo_marl.rundir import discard_unused
 
             discard_unused(run_dir)  # what Hydra created for a run that never started
@@ -643,28 +643,22 @@ def preflight(args: list[str]) -> list[str]:
     flags, rest = config_flags(args)
     if any(a.startswith("-") for a in rest):
         return []
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     from grpo_marl import rundir
 
     overrides = [a for a in rest if not _is_hydra_arg(a)]
-    user_file = user_config_file(args, _CONF_DIR) if flags else None
-    conf_dir, name, search = str(_CONF_DIR), "config", []
-    if user_file is not None:  # composed as Hydra composes it: its dir first, grpo_marl's conf after
-        conf_dir, name, search = str(user_file.parent), user_file.stem, [f"hydra.searchpath=[file://{_CONF_DIR}]"]
-    try:
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-            cfg = compose(config_name=name, overrides=overrides + search)
-    except Exception:  # noqa: BLE001  (a command Hydra cannot compose: Hydra reports it as before)
-        return []
-    finally:
-        GlobalHydra.instance().clear()
     where = f"rank {dist.env_rank()}: " if dist.env_world_size() > 1 else ""
     try:
-        with open_dict(cfg):
-            cfg.pop("hydra", None)
+        user_file = user_config_file(args, _CONF_DIR) if flags else None
+        try:  # a user's file: its dir first, grpo_marl's conf after (as Hydra's CLI composes it)
+            cfg = config_mod.compose(
+                overrides,
+                config_name=user_file.stem if user_file is not None else "config",
+                config_dir=user_file.parent if user_file is not None else None,
+            )
+        except UserInputError:
+            raise
+        except Exception:  # noqa: BLE001  (a command Hydra cannot compose: Hydra reports it as before)
+            return []
         cfg, run_dir, resume = prepare(cfg, _FILE_ARGS + overrides, Path(explicit or "."), dry=True)
         if resume or explicit is not None:
             rundir.check_free(run_dir, resume=resume)
@@ -698,7 +692,7 @@ def hydra_main(cfg: DictConfig) -> None:
     if dist.env_world_size() > 1:
         # torchrun: every rank trains in rank 0's run dir (Hydra's default dir has a timestamp,
         # which differs per process; ranks > 0 were pointed at a throwaway dir, see below).
-        ctx = dist.init(str((cfg.get("distributed") or {}).get("backend", "auto")))
+        ctx = dist.init(str(cfg.distributed.backend))
         run_dir = Path(dist.broadcast_object(str(run_dir), ctx))
     try:
         _run_cli(cfg, _FILE_ARGS + list(hc.overrides.task), run_dir)
@@ -717,6 +711,12 @@ def main(argv: list[str] | None = None) -> None:
     if argv is not None:
         sys.argv[1:] = list(argv)
     args = sys.argv[1:]
+    if args == ["--help-config"]:  # every key, its default, range and help (docs/CONFIG.md)
+        from grpo_marl.settings import reference_markdown
+
+        sys.argv[:] = saved_argv
+        print(reference_markdown(), end="")
+        return
     scratch = None
     early = _StopOnSignal()  # a signal before the run claims its directory: exit at once
     stopping.reset()

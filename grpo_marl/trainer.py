@@ -142,9 +142,9 @@ class Trainer:
     def __init__(self, cfg: DictConfig, run_dir: str | Path, resume: bool = False) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        self.ctx = dist.init(str((cfg.get("distributed") or {}).get("backend", "auto")))
+        self.ctx = dist.init(str(cfg.distributed.backend))
         self.is_main = self.ctx.rank == 0
-        threads = int(cfg.get("threads", 0) or 0)
+        threads = int(cfg.threads)
         if threads <= 0:
             # The env family's default: one thread for control (small MLPs on small batches),
             # torch's own for LLM policies (see EnvFamily.default_threads).
@@ -169,11 +169,11 @@ class Trainer:
         self.modules: dict[str, nn.Module] = {"policy": self.task.policy, **self.algo.modules()}
         self.params = [p for m in self.modules.values() for p in m.parameters() if p.requires_grad]
         dist.broadcast_modules([*self.modules.values(), self.algo.reference()], self.ctx)
-        find_unused = (cfg.get("distributed") or {}).get("find_unused_parameters", "auto")
+        find_unused = cfg.distributed.find_unused_parameters
         if find_unused == "auto":
             find_unused = get_family(self.spec.kind).find_unused_parameters
         self.dp = dist.DataParallel(self.modules, self.algo.loss, self.ctx, self.device, bool(find_unused))
-        self._autocast_dtype = autocast_dtype(str(cfg.get("autocast", "auto")), self.device, self.spec.kind)
+        self._autocast_dtype = autocast_dtype(str(cfg.autocast), self.device, self.spec.kind)
         # Fused Adam (one kernel over all parameters) where every parameter allows it: for the
         # small control MLPs the per-tensor Python loop of the default implementation was ~15% of
         # a minibatch step on the CPU.
@@ -181,7 +181,7 @@ class Trainer:
             p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params
         )
         self.optimizer = torch.optim.Adam(
-            self.params, lr=float(cfg.algo.lr), eps=float(cfg.algo.get("adam_eps", 1e-5)), fused=fused or None
+            self.params, lr=float(cfg.algo.lr), eps=float(cfg.algo.adam_eps), fused=fused or None
         )
         self.threshold = cfg.train.threshold
         self.updates = 0
@@ -268,8 +268,8 @@ class Trainer:
             sizes = [m for m in dist.gather_ints(n, self.ctx) if m > 0]
             k = max(1, min([int(a.minibatches), *sizes]))
         self.algo.set_minibatches(k)
-        max_norm = float(a.get("max_grad_norm", 0.0) or 0.0)
-        target_kl = a.get("target_kl")
+        max_norm = float(a.max_grad_norm)
+        target_kl = a.target_kl
         sums: dict[str, torch.Tensor] = {}
         count = 0
         epochs_done = 0
@@ -409,7 +409,7 @@ class Trainer:
                 if pending is not None:
                     self.logger.log(self._steps, pending)
                 pending, final_due = None, False
-            if bool(cfg.eval.get("at_start", False)) and self.updates == 0 and self.is_main:
+            if bool(cfg.eval.at_start) and self.updates == 0 and self.is_main:
                 # the untrained policy's figure, on the curve at step 0 (a resumed run has it)
                 try:
                     first = self._periodic_eval(self._steps, start, 0.0)
@@ -511,7 +511,7 @@ class Trainer:
             rng = rng_state()
             try:
                 with stopping.phase("final_evaluate"), self._amp():
-                    final = self._evaluate(int(cfg.eval.get("final_episodes") or cfg.eval.episodes), seed_offset=500)
+                    final = self._evaluate(int(cfg.eval.final_episodes or cfg.eval.episodes), seed_offset=500)
             except stopping.Abandoned:
                 set_rng_state(rng)
                 status = "interrupted"

@@ -28,7 +28,6 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-CONF_DIR = ROOT / "grpo_marl" / "conf"
 
 # ``tests.custom_envs`` must import the same way here as in the CLI subprocesses (cwd = ROOT).
 if str(ROOT) not in sys.path:
@@ -140,13 +139,11 @@ def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
 
 
 def compose_config(overrides: list[str]) -> Any:
-    """Hydra composition of ``grpo_marl/conf`` with ``overrides`` (no env defaults, no validation)."""
-    from hydra import compose, initialize_config_dir
+    """Hydra composition of ``grpo_marl/conf`` with ``overrides`` (no env defaults, no validation
+    of ranges; a value of the wrong type raises ConfigError): the CLI's and ``fit``'s compose."""
+    from grpo_marl.config import compose
 
-    import grpo_marl.config  # noqa: F401  (registers the ${safe:} resolver)
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+    return compose(list(overrides))
 
 
 def resolved_config(overrides: list[str]) -> Any:

@@ -3,7 +3,6 @@ what to change; env defaults sit between the base files and the command line."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import pytest
@@ -194,53 +193,155 @@ def test_added_unknown_key_is_rejected_with_a_suggestion(run_cli):
     assert "did you mean algo.group_size" in proc.stderr
 
 
-# --------------------------------------------------------------------------- the schema
+# --------------------------------------------------------------------------- the settings
+ALGOS = ("grpo", "ppo", "mappo", "ippo")
+
+
+def _declared_kinds() -> dict[str, str]:
+    from grpo_marl import settings
+
+    return {k: spec.kind for algo in ("grpo", "ppo") for k, (spec, _, _) in settings.declared(algo).items()}
+
+
 def _leaf_keys(node: object, prefix: str = "") -> list[str]:
     from omegaconf import DictConfig
 
-    from grpo_marl import schema
-
+    kinds = _declared_kinds()
     out = []
     for key, value in node.items():  # type: ignore[attr-defined]
         full = f"{prefix}{key}"
-        declared = {**schema.COMMON, **{f"algo.{k}": v for a in schema.ALGO.values() for k, v in a.items()}}
-        declared.update({f"model.{k}": v for k, v in schema.MODEL.items()})
-        declared.update({f"text.{k}": v for k, v in schema.TEXT.items()})
-        if isinstance(value, (dict, DictConfig)) and value and declared.get(full, schema.Key("x")).kind != "map":
+        if isinstance(value, (dict, DictConfig)) and value and kinds.get(full) != "map":
             out.extend(_leaf_keys(value, f"{full}."))
         else:
             out.append(full)
     return out
 
 
-def test_every_key_of_every_config_file_is_declared() -> None:
-    """A key cannot be added to a config file without a type and range (grpo_marl/schema.py)."""
+def _file_keys(env_files: bool = True) -> list[tuple[str, str, object]]:
+    """``(algo, dotted key, value)`` of every key set in grpo_marl/conf (and envs/conf)."""
     from omegaconf import OmegaConf
 
-    from grpo_marl import schema
     from grpo_marl.registry import load_defaults
 
     root = Path(__file__).resolve().parents[1]
     conf = root / "grpo_marl" / "conf"
-    checked: list[tuple[str, str]] = []  # (algo, dotted key)
-    base = OmegaConf.to_container(OmegaConf.load(conf / "config.yaml"))
-    for key in ("defaults", "hydra"):
-        base.pop(key)
-    checked += [("grpo", k) for k in _leaf_keys(base)]
+    out: list[tuple[str, str, object]] = []
+
+    def add(algo: str, data: dict, prefix: str = "") -> None:
+        data = {k: v for k, v in data.items() if k not in ("defaults", "hydra")}
+        for key in _leaf_keys(data):
+            out.append((algo, prefix + key, OmegaConf.select(OmegaConf.create(data), key)))
+
+    add("grpo", OmegaConf.to_container(OmegaConf.load(conf / "config.yaml")))
     for path in sorted((conf / "algo").glob("*.yaml")):
-        checked += [(path.stem, f"algo.{k}") for k in _leaf_keys(OmegaConf.to_container(OmegaConf.load(path)))]
+        add(path.stem, OmegaConf.to_container(OmegaConf.load(path)), "algo.")
     for group in ("model", "text"):
         for path in sorted((conf / group).glob("*.yaml")):
-            checked += [("grpo", f"{group}.{k}") for k in _leaf_keys(OmegaConf.to_container(OmegaConf.load(path)))]
-    env_files = sorted((root / "envs" / "conf").glob("*.yaml"))
-    assert env_files
-    for path in env_files:
+            add("grpo", OmegaConf.to_container(OmegaConf.load(path)), f"{group}.")
+    paths = sorted((root / "envs" / "conf").glob("*.yaml")) if env_files else []
+    assert paths or not env_files
+    for path in paths:
         for section, overrides in load_defaults(path).items():
-            algo = section if section in schema.ALGO else "grpo"
-            checked += [(algo, k) for k in _leaf_keys(overrides)]
-    missing = sorted({f"{key} (algo={algo})" for algo, key in checked if key not in schema.declared(algo)})
-    assert not missing, f"declare these keys in grpo_marl/schema.py: {missing}"
-    assert len(checked) > 100
+            add(section if section in ALGOS else "grpo", overrides)
+    return out
+
+
+def test_every_key_of_every_config_file_is_declared() -> None:
+    """A key cannot be added to a config file without a type, a default and help (grpo_marl/settings.py)."""
+    from grpo_marl import settings
+
+    checked = _file_keys()
+    missing = sorted({f"{key} (algo={algo})" for algo, key, _ in checked if key not in settings.declared(algo)})
+    assert not missing, f"declare these keys in grpo_marl/settings.py: {missing}"
+    assert len(checked) > 40
+
+
+def test_config_files_keep_only_what_differs_from_the_defaults() -> None:
+    """One default per key: a YAML file of grpo_marl/conf that repeats a dataclass default is a second one."""
+    from grpo_marl import settings
+
+    checked = _file_keys(env_files=False)
+    assert {k for _, k, _ in checked} >= {"algo.name", "algo.critic_state"}
+    same = [f"{k} (algo={a})" for a, k, v in checked if settings.declared(a)[k][2] == v]
+    assert not same, f"these keys repeat their dataclass default: {same}"
+
+
+def test_every_field_has_help_and_a_default() -> None:
+    from omegaconf import MISSING
+
+    from grpo_marl import settings
+
+    for algo in ("grpo", "ppo"):
+        for key, (_, help_, default) in settings.declared(algo).items():
+            assert help_ and "\n" not in help_, key
+            assert default != MISSING, key
+
+
+def test_config_reference_is_up_to_date() -> None:
+    """docs/CONFIG.md is generated from the settings: regenerate it with
+    ``python -m grpo_marl.train --help-config > docs/CONFIG.md``."""
+    from grpo_marl import settings
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "CONFIG.md"
+    assert doc.read_text() == settings.reference_markdown(), "regenerate docs/CONFIG.md (see this test's docstring)"
+
+
+def test_help_config_prints_the_reference(capsys) -> None:
+    from grpo_marl import settings
+    from grpo_marl.train import main
+
+    main(["--help-config"])
+    assert capsys.readouterr().out == settings.reference_markdown()
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["env=cartpole", "algo.epochs=1.5"], "algo.epochs=1.5 must be an integer"),
+        (["env=simple_spread", "algo=mappo", "algo.critic_time=maybe"], "algo.critic_time=maybe must be true or false"),
+    ],
+)
+def test_type_errors_exit_2_through_the_cli(args: list[str], line: str, tmp_path: Path, capsys) -> None:
+    """Refused while Hydra composes (the field's type), with validation's one-line message."""
+    code, err = _cli_error(args, tmp_path, capsys)
+    assert code == 2 and err == f"error: invalid configuration:\n  - {line}\n", err
+
+
+def test_rules_skip_a_section_whose_values_are_refused(resolve) -> None:
+    """``vec.num_envs=-1`` is refused once: GRPO's rule on ``vec.num_envs`` (it reads ``vec``) is
+    not asked about a value already refused."""
+    message = error_of(resolve, ["env=cartpole", "vec.num_envs=-1"])
+    assert message == (
+        "invalid configuration:\n  - vec.num_envs=-1 must be >= 0 (0 = derived from the algorithm's batch)"
+    )
+
+
+def test_user_registered_choices_validate(resolve) -> None:
+    """``algo.aggregation`` reads the registry when the config is checked: a user's entry is a choice."""
+    from grpo_marl.losses import AGGREGATIONS
+
+    message = error_of(resolve, ["env=cartpole", "algo.aggregation=mine_for_test"])
+    assert "algo.aggregation=mine_for_test is not valid; choose one of" in message
+    AGGREGATIONS.register("mine_for_test", AGGREGATIONS["dapo"])
+    try:
+        assert resolve(["env=cartpole", "algo.aggregation=mine_for_test"]).algo.aggregation == "mine_for_test"
+    finally:
+        AGGREGATIONS.pop("mine_for_test")
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("algo.epochs=1.5", "algo.epochs=1.5 must be an integer"),
+        ("log.progress=maybe", "log.progress=maybe must be true or false"),
+        ("env_kwargs=3", "env_kwargs=3 must be a mapping ({key: value})"),
+        ("policy.hidden=[a]", "policy.hidden=a must be a list of positive integers, e.g. [64, 64]"),
+    ],
+)
+def test_type_errors_at_composition_are_one_line(compose, override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        compose(["env=cartpole", override])
+    assert str(info.value) == "invalid configuration:\n  - " + message
 
 
 def _bad_value(key: str, spec) -> str | None:
@@ -284,8 +385,8 @@ def _exists(key: str) -> bool:
 
     if key in CONFIG_GROUPS or any(key.startswith(f + ".") for f in FREE_FORM):
         return True
-    for algo in ("grpo", "ppo", "mappo", "ippo"):
-        ref = reference_config({"algo": algo, "model": "default", "text": "default"})
+    for algo in ALGOS:
+        ref = reference_config(algo)
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(ref, parent) if parent else ref
         if isinstance(node, DictConfig) and leaf in node:
@@ -294,11 +395,11 @@ def _exists(key: str) -> bool:
 
 
 def _bad_value_table() -> list[tuple[str, str, str]]:
-    from grpo_marl import schema
+    from grpo_marl import settings
 
     rows = []
     for algo in ("grpo", "ppo"):
-        for key, spec in schema.declared(algo).items():
+        for key, (spec, _, _) in settings.declared(algo).items():
             if algo != "grpo" and not key.startswith("algo."):
                 continue
             bad = _bad_value(key, spec)
@@ -310,29 +411,16 @@ def _bad_value_table() -> list[tuple[str, str, str]]:
 BAD_VALUES = _bad_value_table()
 
 
-@functools.lru_cache(maxsize=4)
-def _composed(algo: str):
-    from tests.conftest import compose_config
-
-    return compose_config(["env=cartpole", f"algo={algo}"])
-
-
 def _input_error(algo: str, key: str, bad: str, run_dir: Path) -> str:
     """What ``python -m grpo_marl.train env=cartpole algo=ALGO KEY=BAD`` refuses with: the same
-    :func:`grpo_marl.train.run` on the same composed config, in-process (the table is long)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf, open_dict
-
+    composition and :func:`grpo_marl.train.run`, in-process (the table is long)."""
     from grpo_marl.errors import UserInputError
     from grpo_marl.train import run
+    from tests.conftest import compose_config
 
-    override = f"{key}={bad}"
-    value = OverridesParser.create().parse_overrides([override])[0].value()
-    cfg = _composed(algo).copy()
-    with open_dict(cfg):
-        OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+    args = ["env=cartpole", f"algo={algo}", f"{key}={bad}", "log.progress=false"]
     with pytest.raises(UserInputError) as info:  # UserInputError: exit 2 (test_failures checks the mapping)
-        run(cfg, ["env=cartpole", f"algo={algo}", override, "log.progress=false"], run_dir)
+        run(compose_config(args), args, run_dir)  # a wrong type already fails in composition
     return str(info.value)
 
 

@@ -69,12 +69,10 @@ def _build(overrides: list[str]):
     import envs.multiagent  # noqa: F401
     from grpo_marl.algos import ALGOS, _load_builtin_algos
     from grpo_marl.registry import get_spec
+    from grpo_marl.settings import reference
     from grpo_marl.tasks import make_task
 
-    cfg = OmegaConf.load(ROOT / "grpo_marl/conf/config.yaml")
-    cfg.pop("defaults")
-    cfg.pop("hydra")
-    cfg.algo = OmegaConf.load(ROOT / "grpo_marl/conf/algo/grpo.yaml")
+    cfg = reference("grpo")  # every key at its default
     spec = get_spec("cooperative_pong")
     tuned = spec.defaults["common"]
     cfg = OmegaConf.merge(cfg, {"env_preprocess": tuned["env_preprocess"]}, OmegaConf.from_dotlist(overrides))

@@ -12,7 +12,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-import yaml
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
@@ -22,9 +21,8 @@ from grpo_marl.batch import Batch
 from grpo_marl.groups import AgentGroups
 from grpo_marl.losses import LOSSES, PPOLoss
 from grpo_marl.policies.mlp import ActorPolicy
+from grpo_marl.settings import PPOSettings
 from grpo_marl.vec.base import layout_of
-
-CONF = Path(__file__).resolve().parents[1] / "grpo_marl" / "conf" / "algo"
 
 
 # ------------------------------------------------------------------------- prepare / GAE
@@ -50,21 +48,8 @@ def make_ppo(gamma: float, lam: float, n_envs: int = 1, agents: int = 1, state_d
     names = ("agent",) if agents == 1 else tuple(f"agent_{i}" for i in range(agents))
     layout = layout_of(names, (obs_space,) * agents, (gym.spaces.Discrete(2),) * agents, state_dim=state_dim)
     policy = ActorPolicy(AgentGroups.from_layout(layout), hidden=(8,))
-    cfg = OmegaConf.create(
-        {
-            "gamma": gamma,
-            "gae_lambda": lam,
-            "clip_eps": 0.2,
-            "clip_schedule": "constant",
-            "clip_vf": None,
-            "vf_coef": 0.5,
-            "entropy_coef": 0.0,
-            "normalize_reward": False,
-            "normalize_advantage": True,
-            "value_hidden": None,
-            **algo,
-        }
-    )
+    # PPO's section at its defaults (SB3's: clip 0.2, vf_coef 0.5, normalized advantages, ...)
+    cfg = OmegaConf.merge(OmegaConf.structured(PPOSettings), {"gamma": gamma, "gae_lambda": lam, **algo})
     task = SimpleNamespace(
         policy=policy,
         cfg=OmegaConf.create({"policy": {"hidden": [8], "activation": "tanh"}, "total_steps": 1000}),
@@ -200,9 +185,10 @@ def test_named_configs_differ_only_in_critic_options() -> None:
     """``ppo``, ``ippo`` and ``mappo`` are one algorithm; ippo and mappo configs differ only in the
     centralized critic."""
     assert get_algo("ppo") is get_algo("ippo") is get_algo("mappo") is PPO
-    mappo = yaml.safe_load((CONF / "mappo.yaml").read_text())
-    ippo = yaml.safe_load((CONF / "ippo.yaml").read_text())
-    differ = {k for k in mappo.keys() | ippo.keys() if mappo.get(k) != ippo.get(k)}
+    from tests.conftest import compose_config
+
+    mappo, ippo = (compose_config([f"algo={name}"]).algo for name in ("mappo", "ippo"))
+    differ = {k for k in mappo if mappo[k] != ippo[k]}
     assert differ == {"name", "critic_state"}
     assert mappo["critic_state"] and not ippo["critic_state"]
 

@@ -15,7 +15,6 @@ from typing import Any
 from omegaconf import Container, DictConfig, OmegaConf, open_dict
 
 from envs import CONF_DIR
-from grpo_marl.config import register_validator
 from grpo_marl.registry import register_env
 
 __all__ = ["make_text_env", "resolve_package_path", "text_config_errors"]
@@ -127,27 +126,26 @@ def _resolve_paths(cfg: DictConfig) -> None:
     with open_dict(cfg):
         if cfg.model.path:
             cfg.model.path = resolve_model_path(resolve_package_path(str(cfg.model.path)))
-        kw = cfg.get("env_kwargs") or {}
+        kw = cfg.env_kwargs
         for key in ("path", "eval_path"):
             if kw.get(key):
                 cfg.env_kwargs[key] = str(Path(str(kw[key])).expanduser().resolve())
 
 
-@register_validator
 def text_config_errors(cfg: DictConfig) -> list[str]:
-    """Validation of the ``model``/``text`` sections for text envs (registered by envs.text).
+    """The text family's rules on a run's ``model``/``text`` sections and prompt files
+    (:meth:`grpo_marl.families.TextFamily.text_errors`; types and ranges are the walker's,
+    :mod:`grpo_marl.settings`).
 
     Runs before anything is built: a missing ``text`` extra (or, for a ``.gguf`` model, its gguf and
     accelerate packages) is reported with its install command, paths are checked and made absolute
     (see :func:`_resolve_paths`)."""
-    if cfg.get("env_kind") != "text":
-        return []
     from grpo_marl.errors import ModelPathError, UserInputError
     from grpo_marl.text.loading import check_model_path, is_gguf_path, require_gguf_support, require_transformers
 
     require_transformers(f"env={cfg.env} (a text env)")
     errors: list[str] = []
-    t, m, a = cfg.text, cfg.model, cfg.algo
+    m, a = cfg.model, cfg.algo
     try:
         _resolve_paths(cfg)
     except ModelPathError as exc:
@@ -159,12 +157,13 @@ def text_config_errors(cfg: DictConfig) -> list[str]:
                 errors.append(problem)
             elif is_gguf_path(str(m.path)):
                 require_gguf_support(str(m.path))  # gguf + accelerate, named with the extra, before anything is built
-    if str(cfg.env) == "text_jsonl" and not (cfg.get("env_kwargs") or {}).get("path"):
+    kwargs = cfg.env_kwargs  # free-form: the task's own keys
+    if str(cfg.env) == "text_jsonl" and not kwargs.get("path"):
         errors.append(
             "env=text_jsonl needs the prompt file: add +env_kwargs.path=data.jsonl (one JSON object per line "
             'with "prompt" and "answer")'
         )
-    rewards = (cfg.get("env_kwargs") or {}).get("rewards")
+    rewards = kwargs.get("rewards")
     if rewards is not None:  # its form; the functions and their signatures are checked when the task is built
         from envs.text.rewards import reward_weights
 
@@ -173,31 +172,12 @@ def text_config_errors(cfg: DictConfig) -> list[str]:
         except UserInputError as exc:
             errors.append(str(exc))
     for key in ("path", "eval_path"):
-        value = (cfg.get("env_kwargs") or {}).get(key)
+        value = kwargs.get(key)
         if value and not Path(str(value)).is_file():
             errors.append(f"env_kwargs.{key}={value}: no such file")
-    chat = t.get("chat_template", "auto")
-    if not (isinstance(chat, bool) or chat == "auto"):
-        errors.append(f"text.chat_template={chat!r} is not valid; choose one of auto, true, false")
-    if t.max_new_tokens is not None and int(t.max_new_tokens) < 1:
-        errors.append(f"text.max_new_tokens={t.max_new_tokens} must be >= 1 (or null for the task's hint)")
-    if float(t.temperature) <= 0:
-        errors.append(f"text.temperature={t.temperature} must be > 0 (evaluation is always greedy)")
-    if not 0 < float(t.top_p) <= 1:
-        errors.append(f"text.top_p={t.top_p} must be in (0, 1]")
-    if int(t.get("sft_steps", 0) or 0) < 0:
-        errors.append(f"text.sft_steps={t.sft_steps} must be >= 0 (0 = no supervised warm start)")
-    if str(t.get("prompt_sampling", "uniform")) not in ("uniform", "hard"):
-        errors.append(f"text.prompt_sampling={t.prompt_sampling!r} is not valid; choose one of uniform, hard")
-    if float(t.get("hard_floor", 0.1)) <= 0:
-        errors.append(f"text.hard_floor={t.hard_floor} must be > 0 (solved prompts keep a nonzero weight)")
-    if float(t.get("sft_weight_decay", 0.0) or 0.0) < 0:
-        errors.append(f"text.sft_weight_decay={t.sft_weight_decay} must be >= 0")
-    if not m.path and str(m.arch) not in ("gpt2", "qwen2"):
-        errors.append(f"model.arch={m.arch!r}: tiny models are gpt2 or qwen2 (or set model.path)")
     if not m.path and int(m.hidden_size) % int(m.num_heads):
         errors.append(f"model.hidden_size={m.hidden_size} must be divisible by model.num_heads={m.num_heads}")
-    if bool(m.lora.enabled) and int(a.get("ref_refresh", 0) or 0) > 0:
+    if m.lora.enabled and a.ref_refresh > 0:  # GRPO's key: text envs train GRPO only
         errors.append("model.lora.enabled: the reference is the adapter-free base model; set algo.ref_refresh=0")
     if str(a.name) == "grpo" and str(a.advantage) != "outcome":
         errors.append(

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from grpo_marl.batch import Batch, minibatch_indices
 from grpo_marl.errors import ConfigError
 from grpo_marl.registry import Registry
+from grpo_marl.settings import AlgoSettings
 from grpo_marl.tasks.base import P, R, Task
 
 
@@ -29,6 +30,9 @@ class Algorithm(Generic[P, R]):
     collector: ClassVar[str] = "episodes"
     #: config keys that hold *global* batch sizes, divided by the torchrun world size
     split_keys: ClassVar[tuple[str, ...]] = ()
+    #: the dataclass of its ``algo`` section (keys, defaults, help, ranges and cross-key rules;
+    #: :mod:`grpo_marl.settings`); ``None``: its section is not checked key by key
+    settings: ClassVar[type[AlgoSettings] | None] = None
 
     def __init__(self, cfg: DictConfig, task: Task[P, R], device: torch.device) -> None:
         self.cfg = cfg

@@ -17,6 +17,7 @@ from grpo_marl.advantages import outcome_advantages, return_to_go_advantages, ze
 from grpo_marl.algos import Algorithm, register_algo
 from grpo_marl.batch import Batch
 from grpo_marl.losses import make_loss, token_weights
+from grpo_marl.settings import GRPOSettings
 from grpo_marl.tasks.base import P, R, Task
 
 
@@ -27,6 +28,7 @@ class GRPO(Algorithm[P, R]):
 
     collector: ClassVar[str] = "episodes"
     split_keys: ClassVar[tuple[str, ...]] = ("algo.num_groups", "vec.num_envs")
+    settings = GRPOSettings
 
     def __init__(self, cfg: DictConfig, task: Task[P, R], device: torch.device) -> None:
         super().__init__(cfg, task, device)
@@ -168,7 +170,7 @@ class GRPO(Algorithm[P, R]):
         minibatches of 16 random rows: ~6 prompts each), whole groups one or two. Every step's
         gradient then also contrasts whole groups, as in TRL's micro-batches. Falls back to random
         rows when there are fewer groups than minibatches."""
-        if self.layout != "sequence" or str(self.cfg.get("minibatch_split", "rows")) != "groups" or "group" not in data:
+        if self.layout != "sequence" or str(self.cfg.minibatch_split) != "groups" or "group" not in data:
             return super().minibatch_indices(data, k)
         group = data["group"]
         n_groups = int(group.max()) + 1 if group.numel() else 0
@@ -191,7 +193,7 @@ class GRPO(Algorithm[P, R]):
         the pieces' gradients add up to the minibatch's. Why: an LLM's activations for the backward
         pass grow with the tokens of a forward, prompts included (SmolLM2-135M keeps ~1 MB per
         token); ordering by group keeps each piece's rows on few prompts, whose forward is shared."""
-        rows = int(self.cfg.get("micro_batch_rows", 0) or 0)
+        rows = int(self.cfg.micro_batch_rows)
         if rows <= 0 or self.layout != "sequence":
             return [(mb, 1.0)]
         mb = self.rows_with_signal(mb)

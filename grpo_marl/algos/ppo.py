@@ -34,10 +34,9 @@ from torch import Tensor, nn
 from grpo_marl.advantages import gae
 from grpo_marl.algos import Algorithm, register_algo
 from grpo_marl.batch import Batch
-from grpo_marl.config import register_validator
-from grpo_marl.families import family_of
 from grpo_marl.losses import make_loss
 from grpo_marl.policies.mlp import ActorPolicy, Critic
+from grpo_marl.settings import PPOSettings
 
 if TYPE_CHECKING:
     from grpo_marl.tasks.control import ControlTask
@@ -128,37 +127,38 @@ class PPO(Algorithm[ActorPolicy, ActorPolicy]):
 
     collector: ClassVar[str] = "steps"
     split_keys: ClassVar[tuple[str, ...]] = ("algo.n_envs", "vec.num_envs")
+    settings = PPOSettings
     #: PPO trains control envs: its critic reads the actor's preprocessing and the vector env's layout
     task: ControlTask
 
     @classmethod
     def needs_state(cls, cfg: DictConfig) -> bool:
-        return bool(cfg.algo.get("critic_state", False))
+        return bool(cfg.algo.critic_state)
 
     def __init__(self, cfg: DictConfig, task: ControlTask, device: torch.device) -> None:
         super().__init__(cfg, task, device)
         policy = task.policy
         run = task.cfg
-        hidden = tuple(cfg.value_hidden) if cfg.get("value_hidden") else tuple(run.policy.hidden)
-        self.use_state = bool(cfg.get("critic_state", False))
+        hidden = tuple(cfg.value_hidden) if cfg.value_hidden else tuple(run.policy.hidden)
+        self.use_state = bool(cfg.critic_state)
         self.critic = Critic(
             policy,
             state_dim=task.vec.layout.state_dim if self.use_state else 0,
             hidden=hidden,
             activation=str(run.policy.activation),
-            time_input=bool(cfg.get("critic_time", False)),
+            time_input=bool(cfg.critic_time),
         ).to(device)
-        self.value_norm = ValueNorm().to(device) if cfg.get("value_norm", False) else None
-        self.bootstrap_truncation = bool(cfg.get("bootstrap_truncation", True))
+        self.value_norm = ValueNorm().to(device) if cfg.value_norm else None
+        self.bootstrap_truncation = bool(cfg.bootstrap_truncation)
         self.loss_fn = make_loss(
             "ppo",
             clip_eps=float(cfg.clip_eps),
-            clip_vf=cfg.get("clip_vf"),
+            clip_vf=cfg.clip_vf,
             vf_coef=float(cfg.vf_coef),
             entropy_coef=float(cfg.entropy_coef),
         )
         rows = task.vec.num_envs * task.vec.layout.num_agents
-        self.reward_scale = RunningReturnScale(rows, float(cfg.gamma)) if cfg.get("normalize_reward") else None
+        self.reward_scale = RunningReturnScale(rows, float(cfg.gamma)) if cfg.normalize_reward else None
         self.clip_now = float(cfg.clip_eps)
 
     def modules(self) -> dict[str, nn.Module]:
@@ -176,7 +176,7 @@ class PPO(Algorithm[ActorPolicy, ActorPolicy]):
     def clip_range(self) -> float:
         """Current ratio clip: constant, or linear to 0 over ``total_steps`` (rl-zoo ``lin_``)."""
         eps = float(self.cfg.clip_eps)
-        if self.cfg.get("clip_schedule", "constant") == "linear":
+        if self.cfg.clip_schedule == "linear":
             total = max(int(self.task.cfg.total_steps), 1)
             eps *= max(1.0 - min(1.0, self.task.env_steps / total), 0.0)
         return max(eps, 1e-8)
@@ -239,7 +239,7 @@ class PPO(Algorithm[ActorPolicy, ActorPolicy]):
     def loss(self, mb: dict[str, Tensor]) -> dict[str, Tensor]:
         """Per-minibatch means, advantages normalised per minibatch (SB3/MAPPO)."""
         adv = mb["advantages"]
-        if self.cfg.get("normalize_advantage", True) and adv.numel() > 1:
+        if self.cfg.normalize_advantage and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         logp, entropy = self.task.log_prob(self.task.policy, mb, need_entropy=True)
         values = self.critic(self.task.policy, mb["obs"], mb["agent"], mb.get("state"), mb["time"])
@@ -264,32 +264,3 @@ class PPO(Algorithm[ActorPolicy, ActorPolicy]):
 # MAPPO and IPPO are PPO under other names: their config files (conf/algo/) set the critic options.
 register_algo("mappo")(PPO)
 register_algo("ippo")(PPO)
-
-
-@register_validator
-def _validate_ppo(cfg: DictConfig) -> list[str]:
-    """Checks with actionable messages for the ``algo=ppo`` section."""
-    name = str(cfg.algo.name)
-    if name not in ("ppo", "mappo", "ippo"):
-        return []
-    a = cfg.algo
-    # Which families PPO trains is checked once, from the families (config._algo_kind_error).
-    if a.get("critic_state") and not family_of(cfg).multi_agent:
-        return [
-            f"algo={name} has a centralized critic (algo.critic_state=true) on a multi-agent env's global "
-            f"state, and env {cfg.env!r} is single-agent; use algo=ppo"
-        ]
-    # types, ranges and choices of every algo.* key: grpo_marl/schema.py (one rule, one place)
-    errors: list[str] = []
-    if cfg.vec.num_envs and a.n_envs and int(cfg.vec.num_envs) != int(a.n_envs):
-        errors.append(
-            f"vec.num_envs={cfg.vec.num_envs} disagrees with algo.n_envs={a.n_envs}; set algo.n_envs "
-            "only (vec.num_envs is derived from it for PPO)"
-        )
-    if isinstance(a.n_envs, int) and isinstance(a.n_steps, int) and isinstance(a.minibatches, int):
-        if a.minibatches > a.n_envs * a.n_steps:
-            errors.append(
-                f"algo.minibatches={a.minibatches} exceeds the {a.n_envs * a.n_steps} steps per update "
-                "(n_envs * n_steps); raise algo.batch_size or lower algo.minibatches"
-            )
-    return errors
