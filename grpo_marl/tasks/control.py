@@ -30,20 +30,12 @@ from grpo_marl.registry import EnvSpec
 from grpo_marl.tasks.base import Task
 from grpo_marl.vec import VecEnv, make_vec_env
 
-MARL_DEFAULTS: dict[str, Any] = {
-    "groups": None,  # agent -> group overrides (see grpo_marl.groups.resolve_group_map)
-    "share": "group",  # group | agent: parameter sharing
-    "agent_id": False,  # append a one-hot of the agent's index within its group
-    "num_workers": -1,  # env processes for PettingZoo (-1 = auto, see grpo_marl.vec.resolve_workers)
-}
-
 
 def marl_settings(cfg: DictConfig) -> dict[str, Any]:
-    """The ``marl`` config section with defaults filled (the section is optional)."""
-    section = cfg.get("marl") or {}
-    if isinstance(section, DictConfig):
-        section = OmegaConf.to_container(section, resolve=True)
-    return {**MARL_DEFAULTS, **dict(section)}  # type: ignore[arg-type]
+    """The ``marl`` config section as a plain dict (its keys and defaults: grpo_marl.settings)."""
+    section = OmegaConf.to_container(cfg.marl, resolve=True)
+    assert isinstance(section, dict)
+    return {str(k): v for k, v in section.items()}
 
 
 def num_envs_of(cfg: DictConfig) -> int:
@@ -63,9 +55,7 @@ def with_preprocessing(spec: EnvSpec, cfg: DictConfig) -> EnvSpec:
     family's :meth:`~grpo_marl.families.EnvFamily.prepare_spec`."""
     from grpo_marl.marl import preprocess
 
-    section = cfg.get("env_preprocess") or {}
-    if isinstance(section, DictConfig):
-        section = OmegaConf.to_container(section, resolve=True)
+    section = OmegaConf.to_container(cfg.env_preprocess, resolve=True)
     settings = preprocess.settings_of(section)  # type: ignore[arg-type]
     if not preprocess.is_active(settings) and preprocess.family_of(spec.name) not in preprocess.FAMILY_MODULES:
         return spec
@@ -171,7 +161,7 @@ class ControlTask(Task[ActorPolicy, ActorPolicy]):
             log_std_init=float(p.log_std_init),
             normalize_obs=bool(p.normalize_obs),
             obs_shape=self.vec.layout.obs_shape if self.vec.layout.is_image else None,
-            encoder=resolve_encoder(str(p.get("encoder", "auto")), self.vec.layout.is_image),
+            encoder=resolve_encoder(str(p.encoder), self.vec.layout.is_image),
         ).to(device)
         self.input_keys: tuple[str, ...] = ("obs", "actions", "agent")
         if self.vec.layout.has_action_mask:
@@ -259,7 +249,7 @@ class ControlTask(Task[ActorPolicy, ActorPolicy]):
             "per_group_return": per_group,
             "per_agent_return": per_agent,
             "agent_groups": self.groups.describe(),
-            "group_mode": str(self.cfg.algo.get("group_mode", "")),
+            "group_mode": str(OmegaConf.select(self.cfg, "algo.group_mode", default="")),
             "vector_env": type(self.vec).__name__,
         }
 

@@ -110,7 +110,7 @@ def build_policy(cfg: DictConfig, alphabet: str, device: torch.device) -> LLMPol
         intermediate_size=int(m.intermediate_size),
         max_positions=int(m.max_positions),
         alphabet=alphabet,
-        tie_embeddings=bool(m.get("tie_embeddings", True)),
+        tie_embeddings=bool(m.tie_embeddings),
     )
     from grpo_marl.text.loading import quiet_third_party
 
@@ -157,7 +157,7 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
         self.policy = build_policy(cfg, self.text_task.alphabet, device)
         # Render (chat template) and tokenize every prompt once; batches slice these tensors.
         tok = self.policy.tokenizer
-        mode, system = t.get("chat_template", "auto"), t.get("system_prompt") or None
+        mode, system = t.chat_template, t.system_prompt or None
         self.train_text, templated = render_prompts(tok, list(self.train_set.prompts), mode, system)
         self.eval_text, _ = render_prompts(tok, list(self.eval_set.prompts), mode, system)
         self.chat_template = templated
@@ -170,7 +170,7 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
         self._check_prompt_lengths()
         self.sft_stats: dict[str, float] = {}
         # On resume the checkpoint's weights replace the policy's, so the warm start is skipped.
-        if int(t.get("sft_steps", 0) or 0) > 0 and not cfg.get("resume"):
+        if int(t.sft_steps) > 0 and not cfg.resume:
             self.sft_stats = sft_warm_start(
                 self.policy,
                 self._train_ids,
@@ -179,15 +179,15 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
                 steps=int(t.sft_steps),
                 lr=float(t.sft_lr),
                 batch=int(t.sft_batch),
-                weight_decay=float(t.get("sft_weight_decay", 0.0) or 0.0),
+                weight_decay=float(t.sft_weight_decay),
                 seed=int(cfg.seed),
             )
         self.generator = torch.Generator(device=device).manual_seed(int(cfg.seed))
         self.rng = np.random.default_rng(int(cfg.seed))
         self._order = np.empty(0, dtype=np.int64)
         self._pos = 0
-        self.prompt_sampling = str(t.get("prompt_sampling", "uniform"))  # validated in envs.text
-        self.hard_floor = float(t.get("hard_floor", 0.1))
+        self.prompt_sampling = str(t.prompt_sampling)  # a choice of grpo_marl.settings.TextSettings
+        self.hard_floor = float(t.hard_floor)
         # Running per-prompt accuracy of the sampled completions (prompt_sampling=hard).
         self._prompt_acc = np.zeros(len(self.train_set), dtype=np.float64)
         self.completions = 0
@@ -506,7 +506,7 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
             return self._finished
         out: dict[str, Any] = {}
         if is_main and bool(self.cfg.model.save):
-            merge = not bool(self.cfg.model.lora.get("save_adapter", False))
+            merge = not bool(self.cfg.model.lora.save_adapter)
             out["model_dir"] = str(self.policy.save_pretrained(Path(run_dir) / "model", merge_lora=merge))
         self._finished = out
         return out
