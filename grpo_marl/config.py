@@ -301,19 +301,15 @@ def derive_eval_interval(cfg: DictConfig) -> None:
 
 
 def derive_sizes(cfg: DictConfig) -> None:
-    """Fill sizes that follow from others (e.g. GRPO's vector width = num_groups * group_size)."""
+    """Fill sizes that follow from others: the algorithm's own (:meth:`Algorithm.derive_sizes`,
+    e.g. GRPO's vector width = num_groups * group_size) in a vectorized family's config."""
+    from grpo_marl.algos import ALGOS, _load_builtin_algos
     from grpo_marl.families import family_of
 
-    control = family_of(cfg).vectorized
-    if cfg.algo.name == "grpo" and control and not cfg.vec.num_envs:
-        cfg.vec.num_envs = int(cfg.algo.num_groups) * int(cfg.algo.group_size)
-    if cfg.algo.name in ("ppo", "mappo", "ippo") and control:
-        # PPO: n_envs streams of n_steps per update, split into minibatches of ~batch_size (SB3).
-        if not cfg.vec.num_envs:
-            cfg.vec.num_envs = int(cfg.algo.n_envs)
-        if not cfg.algo.minibatches:
-            steps = int(cfg.algo.n_envs) * int(cfg.algo.n_steps)
-            cfg.algo.minibatches = max(1, steps // max(int(cfg.algo.batch_size), 1))
+    _load_builtin_algos()
+    algo = ALGOS.find(str(cfg.algo.name))  # an unknown name is refused by validate(), naming the choices
+    if algo is not None and family_of(cfg).vectorized:
+        algo.derive_sizes(cfg)
 
 
 def _algo_kind_error(cfg: DictConfig) -> str | None:

@@ -46,6 +46,12 @@ class Algorithm(Generic[P, R]):
         """Whether the Task must record the env's global state (a centralized critic)."""
         return False
 
+    @classmethod
+    def derive_sizes(cls, cfg: DictConfig) -> None:
+        """Fill the sizes that follow from the algorithm's own keys in the run config of a
+        vectorized family: ``vec.num_envs`` when the user left it 0, and whatever else its
+        section derives. Called once, when the config is resolved; nothing by default."""
+
     def modules(self) -> dict[str, nn.Module]:
         """Trained modules besides the policy (a critic); optimized and checkpointed with it."""
         return {}

@@ -30,6 +30,12 @@ class GRPO(Algorithm[P, R]):
     split_keys: ClassVar[tuple[str, ...]] = ("algo.num_groups", "vec.num_envs")
     settings = GRPOSettings
 
+    @classmethod
+    def derive_sizes(cls, cfg: DictConfig) -> None:
+        """One env per group member: the vector width is ``num_groups * group_size``."""
+        if not cfg.vec.num_envs:
+            cfg.vec.num_envs = int(cfg.algo.num_groups) * int(cfg.algo.group_size)
+
     def __init__(self, cfg: DictConfig, task: Task[P, R], device: torch.device) -> None:
         super().__init__(cfg, task, device)
         self.loss_fn = make_loss(

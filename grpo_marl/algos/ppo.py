@@ -135,6 +135,16 @@ class PPO(Algorithm[ActorPolicy, ActorPolicy]):
     def needs_state(cls, cfg: DictConfig) -> bool:
         return bool(cfg.algo.critic_state)
 
+    @classmethod
+    def derive_sizes(cls, cfg: DictConfig) -> None:
+        """``n_envs`` streams of ``n_steps`` per update, split into minibatches of about
+        ``batch_size`` rows (SB3's convention) unless ``algo.minibatches`` is set."""
+        if not cfg.vec.num_envs:
+            cfg.vec.num_envs = int(cfg.algo.n_envs)
+        if not cfg.algo.minibatches:
+            steps = int(cfg.algo.n_envs) * int(cfg.algo.n_steps)
+            cfg.algo.minibatches = max(1, steps // max(int(cfg.algo.batch_size), 1))
+
     def __init__(self, cfg: DictConfig, task: ControlTask, device: torch.device) -> None:
         super().__init__(cfg, task, device)
         policy = task.policy

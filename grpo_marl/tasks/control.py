@@ -39,13 +39,13 @@ def marl_settings(cfg: DictConfig) -> dict[str, Any]:
 
 
 def num_envs_of(cfg: DictConfig) -> int:
-    """Vector width: ``vec.num_envs``, else the PPO family's ``n_envs``, else GRPO's groups."""
-    a = cfg.algo
-    if cfg.vec.num_envs:
-        return int(cfg.vec.num_envs)
-    if a.get("n_envs"):
-        return int(a.n_envs)
-    return int(a.get("num_groups", 1)) * int(a.get("group_size", 1))
+    """Vector width: ``vec.num_envs``, which the algorithm derives when the user left it 0
+    (:meth:`grpo_marl.algos.Algorithm.derive_sizes`, run when the config is resolved)."""
+    if not cfg.vec.num_envs:
+        raise UserInputError(
+            f"vec.num_envs=0 and algo={cfg.algo.name} derives no vector width; set vec.num_envs=<envs>"
+        )
+    return int(cfg.vec.num_envs)
 
 
 def with_preprocessing(spec: EnvSpec, cfg: DictConfig) -> EnvSpec:
@@ -90,15 +90,14 @@ def memory_budget_bytes() -> int:
 def check_storage(cfg: DictConfig, vec: VecEnv, collector: Any, policy: ActorPolicy) -> dict[str, int]:
     """Print the rollout storage of image envs and refuse (exit 2) a run whose estimated peak
     would not fit the memory budget, naming the keys that shrink it."""
-    a = cfg.algo
+    # rows of one update (every env and agent over the collector's horizon; an env without an
+    # episode limit is guessed at 64 steps), split in the algorithm's minibatches
+    sizes = collector.update_steps()
+    steps = sizes[0] if sizes is not None else 64 * vec.num_envs
+    minibatches = OmegaConf.select(cfg, "algo.minibatches")  # an algorithm's section may have none
     mb_rows = None
-    if hasattr(collector, "n_steps"):
-        total = int(collector.n_steps) * vec.num_envs * vec.layout.num_agents
-        k = int(a.get("minibatches", 0) or 0)
-        mb_rows = total // k if k else int(a.get("batch_size", total))
-    elif a.get("minibatches"):
-        horizon = getattr(collector, "max_steps", None) or 64
-        mb_rows = int(horizon) * vec.num_envs * vec.layout.num_agents // int(a.minibatches)
+    if isinstance(minibatches, int) and minibatches > 0:
+        mb_rows = steps * vec.layout.num_agents // minibatches
     est = rollout_storage_bytes(collector, policy, mb_rows)
     if est["peak"] == 0:
         return est
