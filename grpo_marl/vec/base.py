@@ -44,7 +44,7 @@ agents that are not alive are ignored.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,6 +116,11 @@ class Step:
         default=None, init=False, repr=False, compare=False
     )
 
+    @classmethod
+    def _of(cls, fields: Iterable[Any]) -> Step:
+        """A record of the eight fields in declaration order (None for an absent optional one)."""
+        return cls(*fields)
+
     def __getstate__(self) -> dict[str, Any]:
         # a pickled or deep-copied record no longer shares memory with the arrays it came from
         return {**self.__dict__, "_host": None}
@@ -132,16 +137,7 @@ class Step:
     def rows(self, idx: Index) -> Step:
         """The sub-record of envs ``idx`` (a copy)."""
         i = self._index(idx)
-        return Step(
-            obs=self.obs[i],
-            rewards=self.rewards[i],
-            terminated=self.terminated[i],
-            truncated=self.truncated[i],
-            alive=self.alive[i],
-            env_done=self.env_done[i],
-            action_mask=None if self.action_mask is None else self.action_mask[i],
-            state=None if self.state is None else self.state[i],
-        )
+        return Step._of(None if x is None else x[i] for x in self._fields())
 
     def copy(self) -> Step:
         """An independent copy (no tensor shared with this record). A numpy env's record is copied
@@ -149,16 +145,7 @@ class Step:
         host = self._own_host()
         if host is not None:
             return host.copy().to_step()
-        return Step(
-            obs=self.obs.clone(),
-            rewards=self.rewards.clone(),
-            terminated=self.terminated.clone(),
-            truncated=self.truncated.clone(),
-            alive=self.alive.clone(),
-            env_done=self.env_done.clone(),
-            action_mask=None if self.action_mask is None else self.action_mask.clone(),
-            state=None if self.state is None else self.state.clone(),
-        )
+        return Step._of(None if x is None else x.clone() for x in self._fields())
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Step:
         """This record on ``device`` (itself when it is there already: no copy)."""
@@ -166,19 +153,7 @@ class Step:
         if self.obs.device == device:
             return self
 
-        def move(x: Tensor) -> Tensor:
-            return x.to(device, non_blocking=non_blocking)
-
-        return Step(
-            obs=move(self.obs),
-            rewards=move(self.rewards),
-            terminated=move(self.terminated),
-            truncated=move(self.truncated),
-            alive=move(self.alive),
-            env_done=move(self.env_done),
-            action_mask=None if self.action_mask is None else move(self.action_mask),
-            state=None if self.state is None else move(self.state),
-        )
+        return Step._of(None if x is None else x.to(device, non_blocking=non_blocking) for x in self._fields())
 
     def numpy(self) -> HostStep:
         """The record as numpy arrays (sharing a CPU record's memory; a device record copied to the
@@ -188,35 +163,14 @@ class Step:
         if host is not None:
             return host
 
-        def arr(x: Tensor) -> np.ndarray:
-            return x.detach().cpu().numpy()
-
-        return HostStep(
-            obs=arr(self.obs),
-            rewards=arr(self.rewards),
-            terminated=arr(self.terminated),
-            truncated=arr(self.truncated),
-            alive=arr(self.alive),
-            env_done=arr(self.env_done),
-            action_mask=None if self.action_mask is None else arr(self.action_mask),
-            state=None if self.state is None else arr(self.state),
-        )
+        return HostStep._of(None if x is None else x.detach().cpu().numpy() for x in self._fields())
 
     def _own_host(self) -> HostStep | None:
         """The numpy record whose memory this one's fields are (None: not made by
         :meth:`HostStep.to_step`, or a field reassigned since)."""
         if self._host is not None:
             host, made = self._host
-            if (  # no field reassigned since
-                made[0] is self.obs
-                and made[1] is self.rewards
-                and made[2] is self.terminated
-                and made[3] is self.truncated
-                and made[4] is self.alive
-                and made[5] is self.env_done
-                and made[6] is self.action_mask
-                and made[7] is self.state
-            ):
+            if all(a is b for a, b in zip(made, self._fields(), strict=True)):  # no field reassigned since
                 return host
         return None
 
@@ -240,17 +194,9 @@ class Step:
             mine.put(idx.cpu().numpy() if isinstance(idx, Tensor) else idx, theirs)
             return
         i = self._index(idx)
-        other = other.to(self.device)
-        self.obs[i] = other.obs
-        self.rewards[i] = other.rewards
-        self.terminated[i] = other.terminated
-        self.truncated[i] = other.truncated
-        self.alive[i] = other.alive
-        self.env_done[i] = other.env_done
-        if self.action_mask is not None and other.action_mask is not None:
-            self.action_mask[i] = other.action_mask
-        if self.state is not None and other.state is not None:
-            self.state[i] = other.state
+        for mine_x, theirs_x in zip(self._fields(), other.to(self.device)._fields(), strict=True):
+            if mine_x is not None and theirs_x is not None:  # the optional fields both records have
+                mine_x[i] = theirs_x
 
     @staticmethod
     def observed(
@@ -290,25 +236,11 @@ class Step:
         """Concatenate along the env axis."""
         if len(parts) == 1:
             return parts[0]
-        first = parts[0]
-        return Step(
-            obs=torch.cat([p.obs for p in parts]),
-            rewards=torch.cat([p.rewards for p in parts]),
-            terminated=torch.cat([p.terminated for p in parts]),
-            truncated=torch.cat([p.truncated for p in parts]),
-            alive=torch.cat([p.alive for p in parts]),
-            env_done=torch.cat([p.env_done for p in parts]),
-            action_mask=None if first.action_mask is None else torch.cat([_req(p.action_mask) for p in parts]),
-            state=None if first.state is None else torch.cat([_req(p.state) for p in parts]),
-        )
+        columns = zip(*(p._fields() for p in parts), strict=True)
+        return Step._of(None if col[0] is None else torch.cat([_req(x) for x in col]) for col in columns)
 
 
-def _req(x: Tensor | None) -> Tensor:
-    assert x is not None, "every part of a record has the same optional fields"
-    return x
-
-
-def _req_np(x: np.ndarray | None) -> np.ndarray:
+def _req(x: Any) -> Any:
     assert x is not None, "every part of a record has the same optional fields"
     return x
 
@@ -346,53 +278,45 @@ class HostStep:
         step._host = (self, step._fields())
         return step
 
+    @classmethod
+    def _of(cls, fields: Iterable[Any]) -> HostStep:
+        """A record of the eight fields in declaration order (None for an absent optional one)."""
+        return cls(*fields)
+
+    def _fields(self) -> tuple[np.ndarray | None, ...]:
+        return (
+            self.obs,
+            self.rewards,
+            self.terminated,
+            self.truncated,
+            self.alive,
+            self.env_done,
+            self.action_mask,
+            self.state,
+        )
+
     def rows(self, idx: np.ndarray | Sequence[int]) -> HostStep:
         """The sub-record of envs ``idx``."""
-        idx = np.asarray(idx, dtype=np.int64)
-        return HostStep(
-            obs=self.obs[idx],
-            rewards=self.rewards[idx],
-            terminated=self.terminated[idx],
-            truncated=self.truncated[idx],
-            alive=self.alive[idx],
-            env_done=self.env_done[idx],
-            action_mask=None if self.action_mask is None else self.action_mask[idx],
-            state=None if self.state is None else self.state[idx],
-        )
+        i = np.asarray(idx, dtype=np.int64)
+        return HostStep._of(None if x is None else x[i] for x in self._fields())
 
     def copy(self) -> HostStep:
         return self.rows(np.arange(len(self.env_done)))
 
     def put(self, idx: np.ndarray | Sequence[int], other: HostStep) -> None:
         """Write ``other``'s rows into rows ``idx`` of this record (in place)."""
-        idx = np.asarray(idx, dtype=np.int64)
-        self.obs[idx] = other.obs
-        self.rewards[idx] = other.rewards
-        self.terminated[idx] = other.terminated
-        self.truncated[idx] = other.truncated
-        self.alive[idx] = other.alive
-        self.env_done[idx] = other.env_done
-        if self.action_mask is not None and other.action_mask is not None:
-            self.action_mask[idx] = other.action_mask
-        if self.state is not None and other.state is not None:
-            self.state[idx] = other.state
+        i = np.asarray(idx, dtype=np.int64)
+        for mine, theirs in zip(self._fields(), other._fields(), strict=True):
+            if mine is not None and theirs is not None:  # the optional fields both records have
+                mine[i] = theirs
 
     @staticmethod
     def cat(parts: Sequence[HostStep]) -> HostStep:
         """Concatenate along the env axis (worker slices -> one record)."""
         if len(parts) == 1:
             return parts[0]
-        first = parts[0]
-        return HostStep(
-            obs=np.concatenate([p.obs for p in parts]),
-            rewards=np.concatenate([p.rewards for p in parts]),
-            terminated=np.concatenate([p.terminated for p in parts]),
-            truncated=np.concatenate([p.truncated for p in parts]),
-            alive=np.concatenate([p.alive for p in parts]),
-            env_done=np.concatenate([p.env_done for p in parts]),
-            action_mask=None if first.action_mask is None else np.concatenate([_req_np(p.action_mask) for p in parts]),
-            state=None if first.state is None else np.concatenate([_req_np(p.state) for p in parts]),
-        )
+        columns = zip(*(p._fields() for p in parts), strict=True)
+        return HostStep._of(None if col[0] is None else np.concatenate([_req(x) for x in col]) for col in columns)
 
 
 @dataclass(frozen=True)
