@@ -79,8 +79,10 @@ class TrainedPolicy:
     """A trained control policy, for use outside the trainer (numpy in, numpy out).
 
     Single-agent envs: ``act(obs)`` takes one observation (or a batch ``[N, ...]``) and returns
-    the action(s). PettingZoo envs: ``act({agent: obs})`` returns ``{agent: action}`` for the
-    agents given (others are absent, e.g. agents that already left the episode).
+    the action(s). Multi-agent envs: ``act({agent: obs})`` returns ``{agent: action}`` for the
+    agents given (others are absent, e.g. agents that already left the episode); ``obs`` may also
+    be a batch ``[N, ...]`` per agent (numpy or torch, as a VMAS env hands them out), giving
+    ``[N, ...]`` actions per agent.
     """
 
     def __init__(self, policy: Any, layout: Any, cfg: Any, device: torch.device) -> None:
@@ -119,12 +121,26 @@ class TrainedPolicy:
             if unknown:
                 raise UserInputError(f"unknown agents {unknown}; this policy controls {list(self.agents)}")
             spaces_ = self.layout.observation_spaces
-            for j, a in enumerate(self.agents):
-                if obs.get(a) is not None:
-                    check_observation(obs[a], spaces_[j], f"the observation of {a!r}", batch=False)
-            x = self._encode([[obs.get(a) for a in self.agents]])
-            actions = self._act(x, deterministic)[0]
-            return {a: actions[j] for j, a in enumerate(self.agents) if a in obs}
+            given = {a: _host(o) for a, o in obs.items() if o is not None}
+            single = {
+                a: check_observation(o, spaces_[self.agents.index(a)], f"the observation of {a!r}", batch=True)
+                for a, o in given.items()
+            }
+            if all(single.values()):
+                x = self._encode([[given.get(a) for a in self.agents]])
+                actions = self._act(x, deterministic)[0]
+                return {a: actions[j] for j, a in enumerate(self.agents) if a in given}
+            # a batch per agent, [N, *shape] each (a batched simulator's observations, VMAS's)
+            sizes = {len(o) for a, o in given.items() if not single[a]}
+            if any(single.values()) or len(sizes) != 1:
+                raise UserInputError(
+                    "pass one observation per agent, or a batch of the same size N for every agent "
+                    f"(got batch sizes {sorted(sizes)} and single observations for {[a for a in given if single[a]]})"
+                )
+            n = sizes.pop()
+            x = self._encode([[given[a][i] if a in given else None for a in self.agents] for i in range(n)])
+            actions = self._act(x, deterministic)
+            return {a: actions[:, j] for j, a in enumerate(self.agents) if a in given}
         space = self.layout.observation_spaces[0]
         single = check_observation(obs, space, "the observation", batch=True)
         batch = [obs] if single else list(np.asarray(obs))
@@ -134,6 +150,11 @@ class TrainedPolicy:
     def _act(self, x: np.ndarray, deterministic: bool) -> np.ndarray:
         actions, _ = self.policy.act(torch.as_tensor(x, device=self.device), None, deterministic=deterministic)
         return self.policy.to_env(actions)
+
+
+def _host(obs: Any) -> Any:
+    """A tensor observation (a torch simulator's, on any device) as numpy; anything else as it is."""
+    return obs.detach().cpu().numpy() if isinstance(obs, torch.Tensor) else obs
 
 
 def check_observation(obs: Any, space: Any, what: str, batch: bool) -> bool:

@@ -238,6 +238,10 @@ def resolve_config(cfg: DictConfig, overrides: list[str] | None = None) -> DictC
     spec = get_spec(str(cfg.env))
     out = cfg.copy()
     OmegaConf.set_struct(out, True)
+    for section in FREE_FORM:  # an env's defaults may fill its own free-form keys (env_kwargs)
+        node = OmegaConf.select(out, section, throw_on_missing=False)
+        if isinstance(node, DictConfig):
+            OmegaConf.set_struct(node, False)
     defaults = env_defaults(spec, str(cfg.algo.name))
     if defaults:
         try:

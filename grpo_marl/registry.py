@@ -9,7 +9,11 @@ threshold. Three ways to reach an env without editing the framework:
   callable that registers its envs when loaded, or a factory registered under the entry's name);
 * ``env=package.module:factory`` on the CLI, ``env=gym:ID`` for any Gymnasium id, or
   ``env=pz:<namespace>/<name>-v<N>`` for any PettingZoo id (AEC-only ids included, converted with
-  ``aec_to_parallel``; turn-based games are refused, they cannot step all agents at once).
+  ``aec_to_parallel``; turn-based games are refused, they cannot step all agents at once);
+  ``vmas:<scenario>`` for any VMAS scenario. ``gym:``, ``pz:`` and ``vmas:`` are *env prefixes*
+  (:data:`ENV_PREFIXES`): a name ``prefix:rest`` whose prefix is registered goes to that
+  prefix's resolver, before ``module:factory`` is tried. A package adds its own with
+  :func:`register_env_prefix` or a ``grpo_marl.env_prefixes`` entry point (the resolver).
 
 Built-in envs live in the top-level ``envs`` package and are imported lazily on first lookup so
 ``import grpo_marl`` stays cheap (no transformers/pettingzoo import until needed).
@@ -35,10 +39,12 @@ __all__ = [
     "Registry",
     "UnknownEnvError",
     "get_spec",
+    "ENV_PREFIXES",
     "list_envs",
     "load_defaults",
     "make_env",
     "register_env",
+    "register_env_prefix",
 ]
 
 BUILTIN_MODULES = ("envs.classic_control", "envs.multiagent", "envs.text")
@@ -394,19 +400,17 @@ def list_envs() -> list[str]:
 def get_spec(name: str) -> EnvSpec:
     """Resolve ``name`` to an :class:`EnvSpec`.
 
-    Accepts a registered short name, ``gym:ID`` for any Gymnasium id, ``pz:ID`` for any PettingZoo
-    id, or ``package.module:factory``. Unknown names raise :class:`UnknownEnvError` with the
+    Accepts a registered short name, ``prefix:ID`` for a registered env prefix (``gym:`` any
+    Gymnasium id, ``pz:`` any PettingZoo id, ``vmas:`` any VMAS scenario), or
+    ``package.module:factory``. Unknown names raise :class:`UnknownEnvError` with the
     closest known name and the list (and, if one failed, the plugin that would have provided it).
     """
     spec = ENVS.find(name)
     if spec is not None:
         return spec
-    if name.startswith("gym:"):
-        return _gym_spec(name)
-    if name.startswith("pz:"):
-        return _pz_spec(name)
     if ":" in name:
-        return _import_spec(name)
+        resolver = ENV_PREFIXES.find(name.partition(":")[0])
+        return resolver(name) if resolver is not None else _import_spec(name)
     hint = ENVS.suggestion(name, [n for n in ENVS if not _is_alias(n)])
     raise UnknownEnvError(f"unknown env {name!r}.{hint} {_known_names()}{ENVS.broken_note(name)}")
 
@@ -417,7 +421,8 @@ def _known_names() -> str:
     return (
         f"Known envs: {', '.join(names)} (plus versioned aliases such as pursuit_v5). "
         "Use env=gym:<Gymnasium id> for any Gymnasium env, env=pz:<namespace>/<name>-v<N> for any PettingZoo "
-        "env, env=package.module:factory for your own factory, or grpo_marl.register_env(...)."
+        "env, env=vmas:<scenario> for any VMAS scenario (the vmas extra), env=package.module:factory for your "
+        "own factory, or grpo_marl.register_env(...)."
     )
 
 
@@ -577,6 +582,24 @@ def _import_spec(name: str) -> EnvSpec:
         defaults=getattr(factory, "grpo_marl_defaults", None),
         threshold=getattr(factory, "grpo_marl_threshold", None),
     )
+
+
+#: ``prefix`` -> the resolver of names ``prefix:rest`` (a callable taking the whole name and returning
+#: its :class:`EnvSpec`, usually registered on first use with :func:`register_env`).
+ENV_PREFIXES: Registry[Callable[[str], EnvSpec]] = Registry(
+    "env prefix", modules=BUILTIN_MODULES, entry_point_group="grpo_marl.env_prefixes", error=UnknownEnvError
+)
+
+
+def register_env_prefix(prefix: str, resolver: Callable[[str], EnvSpec], *, overwrite: bool = False) -> None:
+    """Resolve env names ``prefix:rest`` with ``resolver(name) -> EnvSpec`` (``vmas:balance``)."""
+    if not prefix or ":" in prefix:
+        raise ValueError(f"env prefix {prefix!r}: a prefix is a non-empty name without ':'")
+    ENV_PREFIXES.register(prefix, resolver, overwrite=overwrite)
+
+
+register_env_prefix("gym", _gym_spec)
+register_env_prefix("pz", _pz_spec)
 
 
 def make_env(name: str, **kwargs: Any) -> Any:
