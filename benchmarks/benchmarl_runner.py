@@ -12,9 +12,9 @@ parameters as JSON (the ``env_kwargs`` our config resolves for the same env)::
 
 It builds a BenchMARL ``Experiment``: the task ``vmas/<task>`` with exactly the given parameters
 (BenchMARL's own task YAML is recorded next to them in ``config.json``, not merged in), the
-algorithm's default config (``benchmarl/conf/algorithm/<algo>.yaml``), BenchMARL's MLP for actor
+algorithm's default config (BenchMARL's ``algorithm=<algo>`` YAML), BenchMARL's MLP for actor
 and critic (``layers/mlp``: 256-256, Tanh) and the experiment settings of BenchMARL's published
-VMAS configuration (``fine_tuned/vmas/conf/config.yaml`` in its repository: gamma 0.9, lr 5e-5,
+VMAS configuration (its fine-tuned VMAS config: gamma 0.9, lr 5e-5,
 Adam eps 1e-6, grad-norm clip 5, shared policy parameters, continuous actions, 45 minibatch
 iterations per batch) with the batch scaled by the caller (``--frames-per-batch``, ``--n-envs``,
 ``--minibatch-size``), evaluation every ``--eval-every`` frames on ``--eval-episodes`` episodes
@@ -40,7 +40,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-#: BenchMARL's published VMAS experiment settings (fine_tuned/vmas/conf/config.yaml), the ones
+#: BenchMARL's published (fine-tuned) VMAS experiment settings, the ones
 #: that do not depend on the machine. Batch size, env count, minibatch size, frame budget and the
 #: evaluation cadence are the caller's (scaled for the CPU it runs on).
 FINE_TUNED_VMAS = {

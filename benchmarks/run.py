@@ -4,6 +4,7 @@
     python -m benchmarks.run --suite classic --envs cartpole pendulum --seeds 3
     python -m benchmarks.run --suite classic --smoke --envs cartpole --algos ppo --seeds 1
     python -m benchmarks.run --suite text --seeds 3 --jobs 2     # our GRPO vs TRL's GRPOTrainer
+    python -m benchmarks.run --suite vmas --seeds 3 --jobs 2     # ours vs BenchMARL's MAPPO/IPPO
 
 Each job is one subprocess (the grpo_marl CLI, ``benchmarks.sb3_ppo`` or ``benchmarks.trl_runner``)
 pinned to one torch thread, ``--jobs`` of them at a time (default: one per CPU core). Its run directory is
@@ -16,7 +17,9 @@ directory of the suite: ``table.md``, ``results.json`` and ``curves_<env>.png``.
 
 Before any job starts, a suite whose packages are not installed (matplotlib for the report, the
 suite's envs' packages, a requested peer's SB3 or TRL) is refused with exit code 2, naming them
-and ``pip install -e ".[bench]"``; nothing is written.
+and ``pip install -e ".[bench]"``; nothing is written. A requested peer that runs under its own
+virtualenv (BenchMARL, ``benchmarks/suites/vmas.py``) has it made then, once (``RUNNER_PREPARE``);
+if that fails, the same exit code 2 with one line saying why.
 """
 
 from __future__ import annotations

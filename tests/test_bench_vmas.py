@@ -28,7 +28,7 @@ from tests.conftest import ROOT, needs
 
 ENVS = ["balance", "navigation", "sampling", "transport", "wheel"]
 ALGOS = ["grpo", "mappo", "ippo", "benchmarl_mappo", "benchmarl_ippo"]
-#: BenchMARL 1.5.2's benchmarl/conf/task/vmas/balance.yaml, plus continuous actions
+#: BenchMARL 1.5.2's task YAML for vmas/balance, plus continuous actions
 BALANCE = {
     "max_steps": 100,
     "n_agents": 4,

@@ -16,23 +16,26 @@ names another one), so the project's torch pin is untouched. Both sides get, per
   ``eval/agents/reward/episode_reward_mean``);
 - 3 seeds (``--seeds 3``).
 
-BenchMARL runs its published VMAS configuration (``fine_tuned/vmas/conf/config.yaml`` in its
-repository: gamma 0.9, lr 5e-5, MLP 256-256 Tanh for actor and critic, shared parameters, 45
-minibatch iterations over each batch) with the batch scaled down by 10 for this 2-core CPU: 6,000
-frames per batch from 60 envs x 100 steps, minibatches of 400 frames (published: 60,000 from 600
-envs, 4,096), so the same 675 gradient steps per batch. The threshold of each task is BenchMARL
-MAPPO's median final return over seeds (``Suite.threshold_from``); the table reports frames and
-wall seconds to it for every algorithm.
+BenchMARL runs its published (fine-tuned) VMAS configuration (gamma 0.9, lr 5e-5, MLP 256-256
+Tanh for actor and critic, shared parameters, 45 minibatch iterations over each batch) with the
+batch scaled down by 10 for this 2-core CPU: 6,000 frames per batch from 60 envs x 100 steps,
+minibatches of 400 frames (published: 60,000 from 600 envs, 4,096), so the same 675 gradient steps
+per batch. The threshold of each task is BenchMARL MAPPO's median final return over seeds
+(``Suite.threshold_from``); the table reports frames and wall seconds to it for every algorithm.
 
-Budgets, measured here (2 cores, one torch thread per job, other users' jobs on the machine):
-BenchMARL trains at about 250-290 frames/s per job (6,000-frame batch: 1-4 s collecting, ~20 s in
-its 675 minibatch steps; balance 255, navigation 288, sampling 255 frames/s in one-batch runs).
-75 jobs (5 tasks x 5 algorithms x 3 seeds) in 60-75 minutes at ``--jobs 2`` leave ~2 minutes per
-job on average; at 36,000 frames a BenchMARL job takes ~2.5-3 minutes (startup included) and ours
-less, so **36,000 frames per run (6 BenchMARL batches), an evaluation every 6,000 frames of 50
-episodes**. That is 0.36% of BenchMARL's published 10M-frame budget: the suite compares early
-learning and throughput, not converged returns. ``--smoke``: 2,400 frames, an evaluation every
-1,200, BenchMARL batches of 1,200 frames (12 envs, minibatches of 80): well under a minute a job.
+Budgets, measured here on 7 Dec 2026 (2 cores, one torch thread per job): a BenchMARL batch of
+6,000 frames takes ~1-4 s to collect and ~20 s for its 675 minibatch steps, so BenchMARL trains
+at 250-290 frames/s per job (one job alone: balance 255, navigation 288, sampling 255, wheel 272
+with MAPPO, transport 162 with IPPO while other users' jobs ran; two jobs side by side: balance
+267, transport 275 with MAPPO), plus ~8 s of startup. 75 jobs (5 tasks x 5 algorithms x 3 seeds)
+in 60-75 minutes at ``--jobs 2`` leave ~2 minutes per job on average. **36,000 frames per run (6
+BenchMARL batches), an evaluation every 6,000 frames of 50 episodes**: ~2.5-3 minutes per BenchMARL
+job (30 jobs: ~80 job-minutes), leaving ~40-60 job-minutes for our 45 jobs (~1 minute each, i.e.
+at least ~600 frames/s: raise ``FRAMES`` if ours are faster than that). 36,000 frames is 0.36% of
+BenchMARL's published 10M-frame budget: the suite compares early learning and throughput, not
+converged returns. ``--smoke``: 2,400 frames, an evaluation every 1,200, BenchMARL batches of
+1,200 frames (12 envs, minibatches of 80): about a minute per BenchMARL job (~55 s measured, two
+side by side).
 """
 
 from __future__ import annotations
