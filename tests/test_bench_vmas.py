@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -102,6 +103,20 @@ def test_the_peer_command_line_carries_our_task_parameters_and_budget(tmp_path: 
     smoke = benchmarl_runner.parse(RUNNERS["benchmarl_mappo"](Job(suite, job.entry, "x", 1, tmp_path, smoke=True))[2:])
     assert (smoke.max_frames, smoke.eval_every, smoke.frames_per_batch, smoke.n_envs) == (2_400, 1_200, 1_200, 12)
     assert vmas_suite.scenario("vmas:flocking") == "flocking" and vmas_suite.scenario("wheel") == "wheel"
+
+
+def test_an_env_our_config_cannot_resolve_fails_its_job_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unknown(env: str) -> dict:
+        raise KeyError(f"unknown env {env!r}")
+
+    monkeypatch.setattr(vmas_suite, "our_env_kwargs", unknown)
+    suite = get_suite("vmas")
+    argv = RUNNERS["benchmarl_mappo"](Job(suite, suite.env("wheel"), "benchmarl_mappo", 1, tmp_path))
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr == "error: could not resolve our env_kwargs for env=wheel: KeyError: \"unknown env 'wheel'\"\n"
 
 
 def test_the_runner_refuses_budgets_benchmarl_cannot_evaluate_on(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,11 @@ def benchmarl_command(job: Job, algo: str) -> list[str]:
     parameters (resolved here, from our config), budget and evaluation."""
     batch = SMOKE_BATCH if job.smoke else BATCH
     frames = job.total_steps or FRAMES
+    try:
+        task_kwargs = our_env_kwargs(job.entry.env)
+    except Exception as exc:  # the job fails with the reason in its log; the other jobs still run
+        line = f"error: could not resolve our env_kwargs for env={job.entry.env}: {type(exc).__name__}: {exc}"
+        return [sys.executable, "-c", f"import sys; print({line.splitlines()[0]!r}, file=sys.stderr); sys.exit(1)"]
     return [
         str(BENCHMARL.python),
         str(RUNNER_SCRIPT),
@@ -110,7 +116,7 @@ def benchmarl_command(job: Job, algo: str) -> list[str]:
         "--algo",
         algo,
         "--task-kwargs",
-        json.dumps(our_env_kwargs(job.entry.env), sort_keys=True),
+        json.dumps(task_kwargs, sort_keys=True),
         "--seed",
         str(job.seed),
         "--run-dir",
