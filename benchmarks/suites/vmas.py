@@ -80,7 +80,7 @@ def _resolved_env_kwargs(env: str) -> str:
 
     from grpo_marl.config import compose, resolve_config
 
-    overrides = [f"env={env}", "algo=mappo"]
+    overrides = [f"env={env}", "algo=grpo"]  # env_kwargs do not depend on the algorithm
     cfg = resolve_config(compose(overrides), overrides)
     return json.dumps(OmegaConf.to_container(cfg.env_kwargs, resolve=True) or {}, sort_keys=True)
 
