@@ -64,7 +64,20 @@ def read_run(run_dir: Path, metric: str = "eval/return_mean") -> dict[str, Any]:
     return {"curve": curve, "summary": summary}
 
 
-def _per_seed(run: dict[str, Any], threshold: float | None, metric: str = "eval/return_mean") -> dict[str, Any]:
+def _crossing(curve: list[dict[str, float]], threshold: float | None, key: str) -> tuple[Any, Any, Any]:
+    """``(step, wall_s, train_s)`` of the first curve point at or above ``threshold`` (Nones if none)."""
+    if threshold is not None:
+        for p in curve:
+            if p[key] >= threshold:
+                return p["step"], p["wall_s"], p.get("train_s")
+    return None, None, None
+
+
+def _per_seed(
+    run: dict[str, Any], threshold: float | None, metric: str = "eval/return_mean", from_curve: bool = False
+) -> dict[str, Any]:
+    """One seed's figures; ``from_curve``: steps/time to ``threshold`` read from the curve even for
+    a finished run (a threshold the runner did not know: ``Suite.threshold_from``)."""
     s, curve = run["summary"], run["curve"]
     key, std = metric_key(metric), _std_metric(metric)
     # Training seconds to threshold (evaluations excluded), where the runner measured them.
@@ -77,18 +90,16 @@ def _per_seed(run: dict[str, Any], threshold: float | None, metric: str = "eval/
         env_steps, wall = s.get("env_steps"), s.get("wall_seconds")
         finished = True
     else:  # unfinished: use what the curve shows
-        steps_thr = time_thr = None
-        if threshold is not None:
-            for p in curve:
-                if p[key] >= threshold:
-                    steps_thr, time_thr, train_thr = p["step"], p["wall_s"], p.get("train_s")
-                    break
+        steps_thr, time_thr, train_thr = _crossing(curve, threshold, key)
         last = curve[-1] if curve else None
         final_mean = last[key] if last else None
         final_std = last.get(f"{key}_std") if last else None
         env_steps = last["step"] if last else None
         wall = last["wall_s"] if last else None
         finished = False
+    if from_curve:
+        steps_thr, time_thr, curve_train = _crossing(curve, threshold, key)
+        train_thr = curve_train if has_train else None
     sps = env_steps / wall if env_steps and wall else None
     out = {
         "steps_to_threshold": steps_thr,
@@ -126,19 +137,40 @@ def _median_range(values: list[float | None]) -> dict[str, Any]:
     }
 
 
+def reference_threshold(
+    suite: Suite, env: str, runs: dict[tuple[str, str, int], dict[str, Any]], metric: str = "eval/return_mean"
+) -> float | None:
+    """The median over seeds of ``suite.threshold_from``'s final ``metric`` on ``env`` (each
+    seed's ``summary.json`` final, or its curve's last point when it was cut); None without runs."""
+    ref = suite.threshold_from
+    finals = [
+        p["final_mean"]
+        for (e, a, _), run in sorted(runs.items())
+        if e == env and a == ref
+        if (p := _per_seed(run, None, metric))["final_mean"] is not None
+    ]
+    return float(np.median(finals)) if finals else None
+
+
 def aggregate(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]]) -> dict[str, Any]:
     """Rows per (env, algo) and ratio blocks per env."""
-    from grpo_marl.registry import get_spec
-
     rows: dict[str, dict[str, Any]] = {}
+    from_curve = suite.threshold_from is not None
     for entry in suite.envs:
-        threshold = entry.threshold if entry.threshold is not None else get_spec(entry.env).threshold
+        if from_curve:
+            threshold = reference_threshold(suite, entry.env, runs, entry.metric)
+        elif entry.threshold is not None:
+            threshold = entry.threshold
+        else:
+            from grpo_marl.registry import get_spec
+
+            threshold = get_spec(entry.env).threshold
         key = metric_key(entry.metric)
         for algo in suite.algos:
             seeds = sorted(s for (e, a, s) in runs if e == entry.env and a == algo)
             if not seeds:
                 continue
-            per = {s: _per_seed(runs[(entry.env, algo, s)], threshold, entry.metric) for s in seeds}
+            per = {s: _per_seed(runs[(entry.env, algo, s)], threshold, entry.metric, from_curve) for s in seeds}
             finals = [p["final_mean"] for p in per.values() if p["final_mean"] is not None]
             sps = [p["sps"] for p in per.values() if p["sps"] is not None]
             row = rows[f"{entry.env}/{algo}"] = {
@@ -157,6 +189,11 @@ def aggregate(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]]) ->
                 "sps_median": float(np.median(sps)) if sps else None,
                 "finished": sum(p["finished"] for p in per.values()),
             }
+            if from_curve:  # medians over seeds, as the threshold itself
+                row["threshold_from"] = suite.threshold_from
+                row[f"final_{key}_median"] = float(np.median(finals)) if finals else None
+                steps = [p["env_steps"] for p in per.values() if p["env_steps"] is not None]
+                row["env_steps_median"] = float(np.median(steps)) if steps else None
             rss = [p["peak_rss_mb"] for p in per.values() if "peak_rss_mb" in p]
             if rss:
                 row["peak_rss_mb_max"] = float(max(rss))
@@ -299,6 +336,7 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
         f"generated {meta['generated']}."
     )
     unit, n_eval, one = suite.step_unit, suite.eval_episodes, suite.eval_unit.rstrip("s")
+    ref = suite.threshold_from
     # only when every row measured it (the TRL peer of the text suites does not split its clock)
     with_train = bool(agg["rows"]) and all("train_time_to_threshold_s" in r for r in agg["rows"].values())
     with_rss = any(r.get("peak_rss_mb_max") is not None for r in agg["rows"].values())
@@ -321,14 +359,23 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
             if with_train
             else ""
         )
-        + ". Final eval: mean over seeds of the final "
-        f"{n_eval}-{one} greedy mean, +- std over seeds [min-max]{final_sizes}. "
-        f"Steps/s: {unit} / wall seconds of the whole run (median over seeds)."
+        + (
+            f". Threshold of each env: the median over seeds of {ref}'s final greedy {_metric_word(suite)}; "
+            f"every run's {unit} and seconds to it are read from its curve (its final evaluation included). "
+            f"Final: median over seeds of the final {n_eval}-{one} greedy mean [min, max], at the median "
+            f"{unit} the runs ended at{final_sizes}. "
+            if ref
+            else ". Final eval: mean over seeds of the final "
+            f"{n_eval}-{one} greedy mean, +- std over seeds [min-max]{final_sizes}. "
+        )
+        + f"Steps/s: {unit} / wall seconds of the whole run (median over seeds)."
         + (" Peak RSS: the largest over seeds of a run's peak resident memory." if with_rss else ""),
         "",
-        f"| env | algo | threshold | {unit} to threshold | wall s to threshold | "
+        f"| env | algo | {'threshold (' + ref + ' final)' if ref else 'threshold'} | {unit} to threshold | "
+        "wall s to threshold | "
         + ("training s to threshold | " if with_train else "")
-        + f"final greedy {_metric_word(suite)} | steps/s |"
+        + (f"final greedy {_metric_word(suite)} (median) | " if ref else f"final greedy {_metric_word(suite)} | ")
+        + (f"{unit}/s |" if ref else "steps/s |")
         + (" peak RSS MB |" if with_rss else ""),
         "|---|---|---|---|---|---|---|" + ("---|" if with_train else "") + ("---|" if with_rss else ""),
     ]
@@ -336,7 +383,12 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
     keys = {e.env: metric_key(e.metric) for e in suite.envs}
     for r in agg["rows"].values():
         final, k, d = "-", keys[r["env"]], digits[r["env"]]
-        if r[f"final_{k}_mean"] is not None:
+        if ref and r[f"final_{k}_median"] is not None:
+            final = (
+                f"{r[f'final_{k}_median']:.{d}f} [{r[f'final_{k}_min']:.{d}f}, {r[f'final_{k}_max']:.{d}f}] "
+                f"at {_fmt_num(r['env_steps_median'])}"
+            )
+        elif not ref and r[f"final_{k}_mean"] is not None:
             final = (
                 f"{r[f'final_{k}_mean']:.{d}f} +- {r[f'final_{k}_std_over_seeds']:.{d}f} "
                 f"[{r[f'final_{k}_min']:.{d}f}, {r[f'final_{k}_max']:.{d}f}]"
@@ -344,9 +396,10 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
         unfinished = "" if r["finished"] == len(r["seeds"]) else f" ({len(r['seeds']) - r['finished']} cut by budget)"
         train_cell = "n/a"
         if r["threshold"] is None:
-            thr, steps_cell, time_cell = "none", "n/a (no threshold)", "n/a"
+            thr, steps_cell, time_cell = "none", f"n/a (no {ref} runs)" if ref else "n/a (no threshold)", "n/a"
         else:
-            thr, steps_cell = r["threshold"], _fmt_range(r["steps_to_threshold"])
+            thr = f"{r['threshold']:.{d}f}" if ref else r["threshold"]
+            steps_cell = _fmt_range(r["steps_to_threshold"])
             time_cell = _fmt_range(r["time_to_threshold_s"], 1)
             if "train_time_to_threshold_s" in r:
                 train_cell = _fmt_range(r["train_time_to_threshold_s"], 1)
@@ -445,9 +498,12 @@ def plot_curves(
                 line = ax.plot(grid, med, label=f"{algo} (n={len(curves)})")[0]
                 ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2)
         thr = agg["rows"].get(f"{entry.env}/{suite.algos[0]}", {}).get("threshold")
+        if suite.threshold_from:  # the same for every row of the env, whichever algorithms ran
+            thr = next((r["threshold"] for r in agg["rows"].values() if r["env"] == entry.env), None)
+        thr_label = f"threshold ({suite.threshold_from} final, median)" if suite.threshold_from else "threshold"
         for ax, xlabel in zip(axes, (suite.step_unit, "wall seconds")):
             if thr is not None:
-                ax.axhline(thr, color="gray", ls="--", lw=1, label="threshold")
+                ax.axhline(thr, color="gray", ls="--", lw=1, label=thr_label)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(f"greedy {key} ({suite.eval_episodes} {suite.eval_unit})")
             ax.grid(alpha=0.3)

