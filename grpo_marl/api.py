@@ -122,20 +122,20 @@ class TrainedPolicy:
                 raise UserInputError(f"unknown agents {unknown}; this policy controls {list(self.agents)}")
             spaces_ = self.layout.observation_spaces
             given = {a: _host(o) for a, o in obs.items() if o is not None}
-            single = {
+            singles = {
                 a: check_observation(o, spaces_[self.agents.index(a)], f"the observation of {a!r}", batch=True)
                 for a, o in given.items()
             }
-            if all(single.values()):
+            if all(singles.values()):
                 x = self._encode([[given.get(a) for a in self.agents]])
                 actions = self._act(x, deterministic)[0]
                 return {a: actions[j] for j, a in enumerate(self.agents) if a in given}
             # a batch per agent, [N, *shape] each (a batched simulator's observations, VMAS's)
-            sizes = {len(o) for a, o in given.items() if not single[a]}
-            if any(single.values()) or len(sizes) != 1:
+            sizes = {len(o) for a, o in given.items() if not singles[a]}
+            if any(singles.values()) or len(sizes) != 1:
                 raise UserInputError(
                     "pass one observation per agent, or a batch of the same size N for every agent "
-                    f"(got batch sizes {sorted(sizes)} and single observations for {[a for a in given if single[a]]})"
+                    f"(got batch sizes {sorted(sizes)} and single observations for {[a for a in given if singles[a]]})"
                 )
             n = sizes.pop()
             x = self._encode([[given[a][i] if a in given else None for a in self.agents] for i in range(n)])

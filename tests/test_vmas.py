@@ -99,7 +99,7 @@ def test_a_done_env_keeps_its_final_observation_until_reset() -> None:
     vec = _vec("transport", 3, max_steps=5)
     vec.reset([1, 2, 3])
     g = torch.Generator().manual_seed(0)
-    for t in range(5):
+    for _ in range(5):
         s = vec.step(_actions(vec, g))
     assert s.truncated.all() and s.env_done.all() and not s.alive.any()
     final = s.obs.clone()
