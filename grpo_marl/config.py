@@ -328,6 +328,7 @@ def _algo_kind_error(cfg: DictConfig) -> str | None:
         return f"algo.name={name} is not an installed algorithm; choose one of {', '.join(sorted(ALGOS))}"
     if not family.trains(name):
         fits = " or ".join(f"algo={a}" for a in family.algos if a in ALGOS)
+        FAMILIES.names()  # every family, the entry points' included
         trained = " and ".join(f.plural for f in FAMILIES.values() if f.trains(name))
         return f"algo={name} trains {trained} only, but env {cfg.env!r} is {family.noun}; use {fits}"
     return None

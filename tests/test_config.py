@@ -454,7 +454,7 @@ def test_bad_value_exits_2_through_the_cli(key: str, bad: str, tmp_path: Path, c
 
 
 CROSS_KEY = [
-    (["env=cartpole", "algo=mappo"], "algo=mappo trains multi-agent PettingZoo envs only"),
+    (["env=cartpole", "algo=mappo"], "algo=mappo trains multi-agent PettingZoo envs and VMAS scenarios only"),
     (["env=cartpole", "algo=ippo"], "use algo=grpo or algo=ppo"),
     (["env=simple_spread", "algo=ppo"], "use algo=grpo or algo=mappo or algo=ippo"),
     (["env=cartpole", "vec.num_envs=10"], "vec.num_envs=10 does not fit algo.num_groups=8 x algo.group_size=8"),

@@ -52,7 +52,10 @@ DISTRIBUTION = {
     "Box2D": "box2d",
     "pygame": "pygame-ce",
     "scipy": "scipy",
+    "vmas": "vmas",
 }
+#: scripts run by a peer's own virtualenv (benchmarks/peer_venv.py), never by the project's
+PEER_FILES = {"benchmarks/benchmarl_runner.py"}
 #: distributions that a declared one always installs (imported by name, never pinned by us)
 TRANSITIVE = {"huggingface-hub": "transformers"}
 #: module -> the distribution providing it when it is not in DISTRIBUTION
@@ -69,6 +72,7 @@ FEATURE_OF_FILE = [
     ("grpo_marl/policies/llm.py", "text"),
     ("grpo_marl/policies/fast_gpt2.py", "text"),
     ("envs/text/", "text"),
+    ("envs/vmas/", "vmas"),
 ]
 #: modules whose import is the feature of a specific option, not of the whole file
 FEATURE_OF_MODULE = {"peft": "lora", "PIL": "video", "supersuit": "marl-extra"}
@@ -99,6 +103,8 @@ def imports() -> list[tuple[str, str]]:
         for path in sorted((ROOT / folder).rglob("*.py")):
             tree = ast.parse(path.read_text(), filename=str(path))
             rel = path.relative_to(ROOT).as_posix()
+            if rel in PEER_FILES:
+                continue
             for node in ast.walk(tree):
                 if isinstance(node, ast.Import):
                     found += [(rel, alias.name.split(".")[0]) for alias in node.names]

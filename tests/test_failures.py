@@ -96,7 +96,7 @@ def test_wrong_config_exits_2_naming_the_key_and_writes_nothing(tmp_path: Path) 
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: invalid configuration:")
     assert (
-        "algo=mappo trains multi-agent PettingZoo envs only" in proc.stderr
+        "algo=mappo trains multi-agent PettingZoo envs and VMAS scenarios only" in proc.stderr
         and "use algo=grpo or algo=ppo" in proc.stderr
     )
     assert "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) <= 3
