@@ -324,7 +324,9 @@ def _check_branches(mask: Tensor, branch_mask: Tensor, branch_value: Tensor) -> 
     branch_mask = _as_mask(branch_mask, mask, "branch_mask")
     branch_value = _as_float(branch_value, "branch_value")
     if branch_value.shape != mask.shape:
-        raise ValueError(f"branch_value shape {tuple(branch_value.shape)} must equal the mask shape {tuple(mask.shape)}")
+        raise ValueError(
+            f"branch_value shape {tuple(branch_value.shape)} must equal the mask shape {tuple(mask.shape)}"
+        )
     return branch_mask & mask, branch_value
 
 
@@ -384,7 +386,9 @@ def segment_advantages(
         prev_idx >= 0, branch_value.gather(-1, prev_idx.clamp(min=0)), prompt_value.unsqueeze(-1).expand(mask.shape)
     )
     v_next = torch.where(
-        next_idx < t_len, branch_value.gather(-1, next_idx.clamp(max=t_len - 1)), returns.unsqueeze(-1).expand(mask.shape)
+        next_idx < t_len,
+        branch_value.gather(-1, next_idx.clamp(max=t_len - 1)),
+        returns.unsqueeze(-1).expand(mask.shape),
     )
     keep = mask & valid.unsqueeze(-1)
     return torch.where(keep, v_next - v_prev, zero)

@@ -370,8 +370,8 @@ class GRPOSettings(AlgoSettings):
 
     name: str = Str("grpo", "algorithm (registered name)")
     group_mode: str = Registered(
-        "seed", "seed (G rollouts from one initial state) | state (G branches from a snapshot) | agent / seed_agent "
-        "(multi-agent), or a registered mode", _group_modes,
+        "seed", "seed (G rollouts from one initial state) | state (G branches from a snapshot; text: from prefixes of "
+        "the sampled completions) | agent / seed_agent (multi-agent), or a registered mode", _group_modes,
     )  # fmt: skip
     rollout: str = Choice(
         "batch", "batch (all G x num_groups episodes start together) | stream (a slot that ends starts the next "

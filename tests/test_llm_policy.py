@@ -274,7 +274,9 @@ def test_branch_reproduces_the_prefix_and_reuses_its_cache(policy: LLMPolicy) ->
     assert rows.numel() >= 2
     starts = 1 + torch.arange(rows.numel()) % (lengths[rows] - 1)  # prefixes of several lengths
     k = 3
-    br = policy.branch(gen, rows, starts, num_samples=k, max_new_tokens=budget, generator=torch.Generator().manual_seed(2))
+    br = policy.branch(
+        gen, rows, starts, num_samples=k, max_new_tokens=budget, generator=torch.Generator().manual_seed(2)
+    )
     assert br.input_ids.shape[0] == rows.numel() * k
     assert gen.cache is not None  # (consumed: cut and reordered in place)
     for j in range(br.input_ids.shape[0]):
@@ -317,7 +319,9 @@ def test_branch_through_a_lora_adapter(arch: str) -> None:
             if "lora_B" in name:
                 p.normal_(0, 0.5)
     ids, mask = pol.encode_prompts(PROMPTS)
-    gen = pol.generate(ids, mask, max_new_tokens=6, num_samples=2, generator=torch.Generator().manual_seed(0), keep_cache=True)
+    gen = pol.generate(
+        ids, mask, max_new_tokens=6, num_samples=2, generator=torch.Generator().manual_seed(0), keep_cache=True
+    )
     rows = (gen.lengths >= 2).nonzero().squeeze(1)
     starts = torch.ones_like(rows)
     br = pol.branch(gen, rows, starts, num_samples=2, max_new_tokens=6, generator=torch.Generator().manual_seed(1))

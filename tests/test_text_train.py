@@ -353,7 +353,9 @@ def test_group_minibatches_hold_whole_groups_and_spread_the_ones_with_signal(
 
 @text_extra
 @pytest.mark.parametrize("rule", ["every", "entropy"])
-def test_state_groups_branch_train_and_count_branch_tokens(train: Callable[..., dict], tmp_path: Path, rule: str) -> None:
+def test_state_groups_branch_train_and_count_branch_tokens(
+    train: Callable[..., dict], tmp_path: Path, rule: str
+) -> None:
     """algo.group_mode=state on arithmetic: every completion branches, the continuations are
     sampled and counted (env steps, sampled tokens), and the run trains to its end."""
     s = train(

@@ -682,9 +682,7 @@ class LLMPolicy(nn.Module):
         if toggle:
             model.eval()
         try:
-            return self._branch(
-                model, gen, rows, starts, num_samples, max_new_tokens, temperature, top_p, generator
-            )
+            return self._branch(model, gen, rows, starts, num_samples, max_new_tokens, temperature, top_p, generator)
         finally:
             if toggle:
                 model.train(was_training)
