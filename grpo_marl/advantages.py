@@ -32,6 +32,11 @@ __all__ = [
     "discounted_returns",
     "outcome_advantages",
     "return_to_go_advantages",
+    "BRANCH_CREDITS",
+    "segment_advantages",
+    "branch_value_scale",
+    "branched_advantages",
+    "zero_std_trees",
     "gae",
 ]
 
@@ -304,6 +309,177 @@ def return_to_go_advantages(
     # Move G to the last dim so each (group, t) row is normalized over its alive members.
     adv = _normalize_rows(rtg.transpose(1, 2), mask.transpose(1, 2), scale, eps)
     return adv.transpose(1, 2).contiguous()
+
+
+# --------------------------------------------------------------------------------------------
+# branching from prefixes (text state groups)
+# --------------------------------------------------------------------------------------------
+#: How the segment advantage combines with the outcome advantage (:func:`branched_advantages`).
+#: ``sum``: outcome + segment (TreeRL's global + local advantage); ``replace``: the segment
+#: advantage alone (VinePPO's Monte-Carlo value differences).
+BRANCH_CREDITS: tuple[str, ...] = ("sum", "replace")
+
+
+def _check_branches(mask: Tensor, branch_mask: Tensor, branch_value: Tensor) -> tuple[Tensor, Tensor]:
+    branch_mask = _as_mask(branch_mask, mask, "branch_mask")
+    branch_value = _as_float(branch_value, "branch_value")
+    if branch_value.shape != mask.shape:
+        raise ValueError(
+            f"branch_value shape {tuple(branch_value.shape)} must equal the mask shape {tuple(mask.shape)}"
+        )
+    return branch_mask & mask, branch_value
+
+
+def segment_advantages(
+    returns: Tensor,
+    valid: Tensor,
+    mask: Tensor,
+    branch_mask: Tensor,
+    branch_value: Tensor,
+) -> Tensor:
+    """Monte-Carlo value differences between the branch points of each completion (unscaled).
+
+    Completion ``i`` of a group has branch points ``t_1 < ... < t_m`` (``branch_mask[g, i, t]``)
+    and at each the Monte-Carlo value ``V(t_j)`` (``branch_value[g, i, t_j]``: the mean return of
+    continuations sampled from the prefix ``prompt + completion[:t_j]``). With ``V(t_0)`` the
+    prompt's value, the mean return of the group's valid members, and ``V(t_{m+1}) = R_i`` the
+    completion's own return, every token ``tau`` of the segment ``t_j <= tau < t_{j+1}`` gets
+
+        ``S[g, i, tau] = V(t_{j+1}) - V(t_j)``
+
+    (the token at a branch point opens the next segment: it is the decision the continuations
+    resampled). The segments of a completion telescope: their advantages sum to ``R_i - V(t_0)``,
+    the mean-only outcome advantage. A completion without branch points is one segment with
+    exactly that advantage.
+
+    Args:
+        returns: ``[groups, G]`` completion returns.
+        valid: ``[groups, G]`` bool valid members (the prompt value averages these).
+        mask: ``[groups, G, T]`` bool valid tokens.
+        branch_mask: ``[groups, G, T]`` bool, a branch point at token ``t`` (must be a valid token).
+        branch_value: ``[groups, G, T]`` the value at each branch point (read only there).
+
+    Returns:
+        ``[groups, G, T]``, 0 at masked tokens.
+    """
+    returns = _as_float(returns, "returns")
+    _check_ndim(returns, 2, "returns", "[groups, G]")
+    valid = _as_mask(valid, returns, "valid")
+    mask = mask if mask.dtype == torch.bool else mask != 0
+    _check_ndim(mask, 3, "mask", "[groups, G, T]")
+    if mask.shape[:2] != returns.shape:
+        raise ValueError(f"mask shape {tuple(mask.shape)} must start with the returns shape {tuple(returns.shape)}")
+    branch_mask, branch_value = _check_branches(mask, branch_mask, branch_value)
+    dtype = torch.promote_types(returns.dtype, branch_value.dtype)
+    returns, branch_value = returns.to(dtype), branch_value.to(dtype)
+    zero = torch.zeros((), dtype=dtype, device=returns.device)
+    count = valid.sum(-1, keepdim=True).clamp(min=1).to(dtype)
+    prompt_value = torch.where(valid, returns, zero).sum(-1, keepdim=True) / count  # [groups, 1]
+    t_len = mask.shape[-1]
+    ar = torch.arange(t_len, device=mask.device).expand(mask.shape)
+    # the latest branch point at or before tau (-1: none), the first one after tau (T: none)
+    prev_idx = torch.where(branch_mask, ar, torch.full_like(ar, -1)).cummax(-1).values
+    later = torch.where(branch_mask, ar, torch.full_like(ar, t_len))
+    next_idx = later.flip(-1).cummin(-1).values.flip(-1)
+    next_idx = torch.cat([next_idx[..., 1:], torch.full_like(next_idx[..., :1], t_len)], -1)
+    v_prev = torch.where(
+        prev_idx >= 0, branch_value.gather(-1, prev_idx.clamp(min=0)), prompt_value.unsqueeze(-1).expand(mask.shape)
+    )
+    v_next = torch.where(
+        next_idx < t_len,
+        branch_value.gather(-1, next_idx.clamp(max=t_len - 1)),
+        returns.unsqueeze(-1).expand(mask.shape),
+    )
+    keep = mask & valid.unsqueeze(-1)
+    return torch.where(keep, v_next - v_prev, zero)
+
+
+def branch_value_scale(
+    returns: Tensor, valid: Tensor, branch_mask: Tensor, branch_value: Tensor, scale: str = "group", eps: float = 1e-6
+) -> Tensor:
+    """The divisor of the segment advantages, ``[groups, 1, 1]``: the spread of a group's
+    Monte-Carlo values (its members' returns and its branch-point values together).
+
+    ``group``: their Bessel-corrected std within each group, + ``eps`` (0 std: every value is
+    equal, so every segment advantage is 0 anyway); ``batch``: the std of all of them in the batch,
+    + ``eps``; ``none``: 1. Why not the outcome's own divisor: a group whose members all got the same
+    return (std 0) can still hold branch points with other values, and that credit is the point of
+    branching; the std of the values measured for the prompt keeps it in the same units.
+    """
+    _check_scale(scale)
+    returns = _as_float(returns, "returns")
+    dtype = torch.promote_types(returns.dtype, _as_float(branch_value, "branch_value").dtype)
+    ones = torch.ones((returns.shape[0], 1, 1), dtype=dtype, device=returns.device)
+    if scale == "none":
+        return ones
+    groups = returns.shape[0]
+    values = torch.cat([returns.to(dtype), branch_value.to(dtype).reshape(groups, -1)], 1)
+    valid_all = torch.cat([_as_mask(valid, returns, "valid"), branch_mask.bool().reshape(groups, -1)], 1)
+    if scale == "batch":
+        return ones * (_unbiased_std_all(values, valid_all) + eps)
+    centered, count = _center(values, valid_all)
+    return (_unbiased_std_rows(centered, count) + eps).reshape(groups, 1, 1)
+
+
+def branched_advantages(
+    rewards: Tensor,
+    mask: Tensor,
+    branch_mask: Tensor,
+    branch_value: Tensor,
+    scale: str = "group",
+    eps: float = 1e-6,
+    credit: str = "sum",
+) -> Tensor:
+    """Outcome advantages plus credit inside each completion from its branch points.
+
+    ``A[g, i, tau] = O[g, i] + S[g, i, tau] / s_g`` (``credit="sum"``) or ``S[g, i, tau] / s_g``
+    (``credit="replace"``), where ``O`` is :func:`outcome_advantages` (the prompt-level group
+    advantage, as without branching), ``S`` is :func:`segment_advantages` and ``s_g`` is
+    :func:`branch_value_scale`. With no branch point anywhere, ``replace`` is the mean-centered
+    outcome advantage over ``s_g`` and ``sum`` doubles the outcome's weight; with ``scale="none"``
+    and no branch point, ``replace`` equals the outcome advantage exactly.
+
+    Args:
+        rewards: ``[groups, G, T]`` per-token rewards (text: the completion's reward on its last token).
+        mask: ``[groups, G, T]`` bool valid tokens.
+        branch_mask, branch_value: ``[groups, G, T]``, see :func:`segment_advantages`.
+        scale, eps: see :func:`group_advantages`.
+        credit: one of :data:`BRANCH_CREDITS`.
+
+    Returns:
+        ``[groups, G, T]``, 0 at masked tokens.
+    """
+    if credit not in BRANCH_CREDITS:
+        raise ValueError(f"unknown credit {credit!r}; valid: {', '.join(BRANCH_CREDITS)}")
+    _check_scale(scale)
+    rewards = _as_float(rewards, "rewards")
+    _check_ndim(rewards, 3, "rewards", "[groups, G, T]")
+    mask = _as_mask(mask, rewards)
+    branch_mask, branch_value = _check_branches(mask, branch_mask, branch_value)
+    zero = torch.zeros((), dtype=rewards.dtype, device=rewards.device)
+    returns = torch.where(mask, rewards, zero).sum(-1)
+    valid = mask.any(-1)
+    seg = segment_advantages(returns, valid, mask, branch_mask, branch_value)
+    seg = seg / branch_value_scale(returns, valid, branch_mask, branch_value, scale, eps)
+    if credit == "replace":
+        return seg.to(rewards.dtype)
+    return (outcome_advantages(rewards, mask, scale=scale, eps=eps) + seg).to(rewards.dtype)
+
+
+def zero_std_trees(
+    returns: Tensor, valid: Tensor, branch_mask: Tensor, branch_value: Tensor, tol: float = 1e-8
+) -> Tensor:
+    """``[groups]`` bool: groups whose returns and branch-point values are all equal (within
+    ``tol``), so :func:`branched_advantages` is 0 for every token. A group whose members all got
+    the same return but whose branch points saw other values still carries signal."""
+    returns = _as_float(returns, "returns")
+    groups = returns.shape[0]
+    bm = branch_mask.bool().reshape(groups, -1)
+    values = torch.cat([returns, _as_float(branch_value, "branch_value").to(returns.dtype).reshape(groups, -1)], 1)
+    ok = torch.cat([_as_mask(valid, returns, "valid"), bm], 1)
+    inf = torch.tensor(float("inf"), dtype=values.dtype, device=values.device)
+    spread = torch.where(ok, values, -inf).amax(-1) - torch.where(ok, values, inf).amin(-1)
+    return spread <= tol
 
 
 # --------------------------------------------------------------------------------------------

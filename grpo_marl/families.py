@@ -390,7 +390,9 @@ class TextFamily(EnvFamily):
     default_threads = 0  # the LLM's matmuls use every core
     bf16_autocast = True
     algos = ("grpo",)
-    snapshots = False  # a prompt's completions are its group; there is no env state to branch
+    #: state groups branch from prefixes of the sampled completions: a prefix (prompt + the first t
+    #: tokens) is the state, its KV cache the snapshot (:meth:`grpo_marl.policies.llm.LLMPolicy.branch`)
+    snapshots = True
     task = "grpo_marl.tasks.text:TextTask"
     #: ``"module:function"`` of the rules on the model/text sections and prompt files (imported
     #: lazily, as the Task: they live with the text envs, whose keyword arguments they check)

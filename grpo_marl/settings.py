@@ -370,8 +370,8 @@ class GRPOSettings(AlgoSettings):
 
     name: str = Str("grpo", "algorithm (registered name)")
     group_mode: str = Registered(
-        "seed", "seed (G rollouts from one initial state) | state (G branches from a snapshot) | agent / seed_agent "
-        "(multi-agent), or a registered mode", _group_modes,
+        "seed", "seed (G rollouts from one initial state) | state (G branches from a snapshot; text: from prefixes of "
+        "the sampled completions) | agent / seed_agent (multi-agent), or a registered mode", _group_modes,
     )  # fmt: skip
     rollout: str = Choice(
         "batch", "batch (all G x num_groups episodes start together) | stream (a slot that ends starts the next "
@@ -430,6 +430,10 @@ class GRPOSettings(AlgoSettings):
     branch_horizon: int = Int(0, "state groups: steps per branch (0 = to the episode's end)", lo=0,
                               hint="0 = to the episode's end")  # fmt: skip
     state_reset_frac: Number = Float(0.25, "state groups: fraction of groups started from a fresh reset", lo=0, hi=1)
+    branch_credit: str = Choice(
+        "sum", "state groups of text envs: sum (outcome advantage + segment advantage from the branch points' values) "
+        "| replace (the segment advantage alone, VinePPO-style)", "sum", "replace",
+    )  # fmt: skip
     target_kl: Number = Float(None, "stop the epoch loop early when approx_kl exceeds this", gt=0)
 
     reads = ("vec",)
@@ -587,6 +591,18 @@ class TextSettings(Section):
     sft_lr: Number = Float(0.003, "warm-start learning rate (its own Adam)", gt=0)
     sft_batch: int = Int(64, "warm-start prompts per step", gt=0)
     sft_weight_decay: Number = Float(0.0, "warm-start AdamW decoupled weight decay", lo=0)
+    branch_rule: str = Choice(
+        "every", "algo.group_mode=state: where completions branch: every (each branch_every tokens) | entropy (the "
+        "tokens whose sampling distribution had the highest entropy)", "every", "entropy",
+    )  # fmt: skip
+    branch_every: int | None = Int(
+        None, "algo.group_mode=state, branch_rule=every: tokens between branch points; null = the completion budget "
+        "split evenly, max_new_tokens // (branch_points + 1)", gt=0, hint="null = the budget split evenly",
+    )  # fmt: skip
+    branch_points: int = Int(2, "algo.group_mode=state: at most this many branch points per completion", gt=0)
+    branch_size: int = Int(
+        4, "algo.group_mode=state: continuations sampled from each branch point's prefix (its value estimate)", gt=0
+    )
 
 
 # -- the top level -----------------------------------------------------------------------------------

@@ -251,3 +251,82 @@ Z = torch.zeros
 def test_shape_errors(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ----------------------------------------------------------------------------- branching (text state groups)
+def _tree() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One group of two completions, T = 4. Completion 0 (return 1, 4 tokens) branches at token 2,
+    whose continuations averaged 0.5; completion 1 (return 0, 3 tokens) has no branch point."""
+    rewards = torch.tensor([[[0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]]])
+    mask = torch.tensor([[[T_, T_, T_, T_], [T_, T_, T_, F_]]])
+    bmask = torch.tensor([[[F_, F_, T_, F_], [F_, F_, F_, F_]]])
+    bvalue = torch.tensor([[[0.0, 0.0, 0.5, 0.0], [0.0, 0.0, 0.0, 0.0]]])
+    return rewards, mask, bmask, bvalue
+
+
+def test_segment_advantages_by_hand() -> None:
+    from grpo_marl.advantages import segment_advantages
+
+    rewards, mask, bmask, bvalue = _tree()
+    returns = rewards.sum(-1)
+    seg = segment_advantages(returns, mask.any(-1), mask, bmask, bvalue)
+    # prompt value 0.5: completion 0's first segment 0.5 - 0.5, its second 1 - 0.5; completion 1: 0 - 0.5
+    close(seg, [[[0.0, 0.0, 0.5, 0.5], [-0.5, -0.5, -0.5, 0.0]]])
+
+
+def test_segment_advantages_two_branch_points_telescope() -> None:
+    from grpo_marl.advantages import segment_advantages
+
+    # return 0; branch points at 1 (value 0.75) and 3 (value 0.25); the other member's return is 1
+    returns = torch.tensor([[0.0, 1.0]])
+    mask = torch.ones((1, 2, 4), dtype=torch.bool)
+    bmask = torch.tensor([[[F_, T_, F_, T_], [F_, F_, F_, F_]]])
+    bvalue = torch.tensor([[[0.0, 0.75, 0.0, 0.25], [0.0, 0.0, 0.0, 0.0]]])
+    seg = segment_advantages(returns, torch.tensor([[T_, T_]]), mask, bmask, bvalue)
+    close(seg[0, 0], [0.25, -0.5, -0.5, -0.25])  # 0.75-0.5, 0.25-0.75 (twice), 0-0.25
+    close(seg[0, 1], [0.5, 0.5, 0.5, 0.5])
+    # the segments (one value per segment) add up to the mean-only outcome advantage R - V0
+    assert math.isclose(0.25 - 0.5 - 0.25, 0.0 - 0.5)
+
+
+def test_branched_advantages_sum_and_replace_by_hand() -> None:
+    from grpo_marl.advantages import branched_advantages
+
+    rewards, mask, bmask, bvalue = _tree()
+    both = branched_advantages(rewards, mask, bmask, bvalue, scale="none", credit="sum")
+    close(both, [[[0.5, 0.5, 1.0, 1.0], [-1.0, -1.0, -1.0, 0.0]]])  # outcome +-0.5 plus the segments
+    alone = branched_advantages(rewards, mask, bmask, bvalue, scale="none", credit="replace")
+    close(alone, [[[0.0, 0.0, 0.5, 0.5], [-0.5, -0.5, -0.5, 0.0]]])
+    # group scale: the outcome over std(1, 0) = 0.7071; the segments over std(1, 0, 0.5) = 0.5
+    grp = branched_advantages(rewards, mask, bmask, bvalue, scale="group", credit="sum", eps=0.0)
+    o = 0.5 / math.sqrt(0.5)
+    close(grp, [[[o, o, o + 1.0, o + 1.0], [-o - 1.0, -o - 1.0, -o - 1.0, 0.0]]])
+
+
+def test_branched_advantages_credit_an_all_wrong_group() -> None:
+    """Every completion failed (no outcome signal), but a prefix of completion 0 succeeded half the
+    time: its first segment is credited, what it did after the branch point is blamed."""
+    from grpo_marl.advantages import branched_advantages, zero_std_groups, zero_std_trees
+
+    rewards = torch.zeros((1, 2, 3))
+    mask = torch.ones((1, 2, 3), dtype=torch.bool)
+    bmask = torch.tensor([[[F_, T_, F_], [F_, F_, F_]]])
+    bvalue = torch.tensor([[[0.0, 0.5, 0.0], [0.0, 0.0, 0.0]]])
+    adv = branched_advantages(rewards, mask, bmask, bvalue, scale="none")
+    close(adv, [[[0.5, -0.5, -0.5], [0.0, 0.0, 0.0]]])
+    returns = rewards.sum(-1)
+    assert bool(zero_std_groups(returns)[0]) and not bool(zero_std_trees(returns, mask.any(-1), bmask, bvalue)[0])
+    flat = torch.zeros_like(bvalue)
+    assert bool(zero_std_trees(returns, mask.any(-1), bmask, flat)[0])  # every value 0: no signal
+
+
+def test_branched_advantages_without_branches_is_the_outcome() -> None:
+    from grpo_marl.advantages import branched_advantages
+
+    rewards = torch.tensor([[[0.0, 10.0], [5.0, 0.0], [2.0, 0.0]]])
+    mask = torch.tensor([[[T_, T_], [T_, F_], [T_, F_]]])
+    none = torch.zeros_like(mask)
+    got = branched_advantages(rewards, mask, none, torch.zeros_like(rewards), scale="none", credit="replace")
+    close(got, outcome_advantages(rewards, mask, scale="none"))
+    with pytest.raises(ValueError, match="credit"):
+        branched_advantages(rewards, mask, none, torch.zeros_like(rewards), credit="both")

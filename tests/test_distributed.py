@@ -206,6 +206,26 @@ def test_torchrun_text_micro_batches_keep_ranks_identical(tmp_path: Path) -> Non
     assert h0["updates"] == h1["updates"] >= 2
 
 
+@needs("transformers", "tokenizers", extra="text")
+def test_torchrun_text_state_groups_keep_ranks_identical(tmp_path: Path) -> None:
+    """Text state groups on 2 ranks: each rank branches its own completions (a different number
+    of continuations per rank), the env steps add them up, and the ranks' weights stay identical."""
+    work, hashes = tmp_path / "work", tmp_path / "hashes"
+    work.mkdir()
+    proc = torchrun(
+        "env=arithmetic", "algo.group_mode=state", "text.branch_size=2", "algo.num_groups=4", "algo.group_size=4",
+        "algo.minibatches=2", "algo.zero_std=keep", "total_steps=160", "eval.episodes=4", "text.eval_prompts=4",
+        "log.tensorboard=false", "model.save=false", f"hydra.run.dir={work / 'run'}",
+        cwd=work, hash_dir=hashes,
+    )  # fmt: skip
+    _ok(proc)
+    h0, h1 = _hashes(hashes)
+    assert h0["param_hash"] == h1["param_hash"], "ranks diverged"
+    assert h0["updates"] == h1["updates"] >= 2
+    summary = json.loads((work / "run" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["env_steps"] > 32 * summary["updates"]  # branches counted
+
+
 def test_torchrun_ppo_resumes_a_single_process_run_on_two_ranks(tmp_path: Path, train) -> None:
     """PPO (value net in DDP too): a 1-process run continued on 2 ranks (N 1 -> 2)."""
     run_dir, hashes = tmp_path / "ppo", tmp_path / "hashes"

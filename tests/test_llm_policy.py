@@ -257,3 +257,73 @@ def test_autocast_auto_is_bf16_only_for_llms_on_cuda() -> None:
     assert autocast_dtype("auto", torch.device("cuda"), "gym") is None
     if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
         assert autocast_dtype("auto", torch.device("cuda"), "text") is torch.bfloat16
+
+
+def test_branch_reproduces_the_prefix_and_reuses_its_cache(policy: LLMPolicy) -> None:
+    """State groups for text: continuations from prefixes of sampled completions. Each branch's
+    prefix is exactly the prompt and the completion's first t tokens, the continuation only adds
+    tokens after it (within the budget left), and the log-probs sampled over the reused KV cache
+    equal those of a full forward of prompt + prefix + continuation."""
+    budget = 8
+    ids, mask = policy.encode_prompts(PROMPTS)
+    gen = policy.generate(
+        ids, mask, max_new_tokens=budget, num_samples=2, generator=torch.Generator().manual_seed(1), keep_cache=True
+    )
+    lengths = gen.lengths
+    rows = (lengths >= 2).nonzero().squeeze(1)
+    assert rows.numel() >= 2
+    starts = 1 + torch.arange(rows.numel()) % (lengths[rows] - 1)  # prefixes of several lengths
+    k = 3
+    br = policy.branch(
+        gen, rows, starts, num_samples=k, max_new_tokens=budget, generator=torch.Generator().manual_seed(2)
+    )
+    assert br.input_ids.shape[0] == rows.numel() * k
+    assert gen.cache is not None  # (consumed: cut and reordered in place)
+    for j in range(br.input_ids.shape[0]):
+        r, t = int(rows[j // k]), int(starts[j // k])
+        prompt = gen.input_ids[r, : gen.prompt_len][gen.attention_mask[r, : gen.prompt_len].bool()]
+        prefix = br.input_ids[j, : br.prompt_len][br.attention_mask[j, : br.prompt_len].bool()]
+        assert torch.equal(prefix, torch.cat([prompt, gen.completion_ids[r, :t]]))
+        n = int(br.completion_mask[j].sum())
+        assert 1 <= n <= budget - t
+        cont = br.completion_ids[j, :n]
+        with torch.no_grad():  # the reference: one full forward, no cache, no padding
+            logits = policy.model(torch.cat([prefix, cont])[None]).logits[0].float()
+        logp = logits.masked_fill(policy.never_ids, float("-inf")).log_softmax(-1)
+        ref = logp[prefix.numel() - 1 : prefix.numel() - 1 + n].gather(1, cont[:, None]).squeeze(1)
+        torch.testing.assert_close(br.logp[j, :n], ref, atol=1e-5, rtol=1e-5)
+    # the layout is the Task's: one-pass scoring of the branch rows agrees as well
+    scored, _ = policy.completion_logprobs(br.input_ids, br.attention_mask, br.completion_mask)
+    torch.testing.assert_close(scored, br.logp, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="inside its completion"):
+        policy.branch(gen, rows[:1], lengths[rows[:1]], num_samples=1, max_new_tokens=budget)
+
+
+def test_generate_records_entropies(policy: LLMPolicy) -> None:
+    ids, mask = policy.encode_prompts(PROMPTS)
+    g = policy.generate(ids, mask, max_new_tokens=5, generator=torch.Generator().manual_seed(0), with_entropy=True)
+    logp, ent = policy.completion_logprobs(g.input_ids, g.attention_mask, g.completion_mask, with_entropy=True)
+    assert g.entropy is not None and ent is not None
+    torch.testing.assert_close(g.entropy, ent, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "qwen2"])
+def test_branch_through_a_lora_adapter(arch: str) -> None:
+    """With LoRA (peft wraps the model, generation takes the transformers forward and its Cache
+    object) the branches' sampled log-probs still equal one-pass scoring of the branch rows."""
+    require(*TEXT, "peft", extra="lora")
+    model, tok = build_tiny_lm(TinyLMConfig(arch=arch, hidden_size=32, num_heads=2, alphabet=ALPHABET))
+    pol = LLMPolicy(model, tok, lora=LoraSpec(r=4, alpha=8))
+    with torch.no_grad():  # a non-zero adapter, so it takes part in the forward
+        for name, p in pol.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    ids, mask = pol.encode_prompts(PROMPTS)
+    gen = pol.generate(
+        ids, mask, max_new_tokens=6, num_samples=2, generator=torch.Generator().manual_seed(0), keep_cache=True
+    )
+    rows = (gen.lengths >= 2).nonzero().squeeze(1)
+    starts = torch.ones_like(rows)
+    br = pol.branch(gen, rows, starts, num_samples=2, max_new_tokens=6, generator=torch.Generator().manual_seed(1))
+    scored, _ = pol.completion_logprobs(br.input_ids, br.attention_mask, br.completion_mask)
+    torch.testing.assert_close(scored, br.logp, atol=1e-5, rtol=1e-5)

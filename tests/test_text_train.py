@@ -349,3 +349,58 @@ def test_group_minibatches_hold_whole_groups_and_spread_the_ones_with_signal(
     algo.cfg.minibatch_split = "rows"
     assert any(len(set(data["group"][idx].tolist())) > 1 for idx in algo.minibatch_indices(data, n_groups))
     task.close()
+
+
+@text_extra
+@pytest.mark.parametrize("rule", ["every", "entropy"])
+def test_state_groups_branch_train_and_count_branch_tokens(
+    train: Callable[..., dict], tmp_path: Path, rule: str
+) -> None:
+    """algo.group_mode=state on arithmetic: every completion branches, the continuations are
+    sampled and counted (env steps, sampled tokens), and the run trains to its end."""
+    s = train(
+        tmp_path / rule,
+        "env=arithmetic",
+        "algo.group_mode=state",
+        f"text.branch_rule={rule}",
+        "text.branch_size=2",
+        "total_steps=96",
+        "eval.every_steps=1000",
+        "log.every=1",
+        *FAST,
+    )
+    metrics = [json.loads(x) for x in (tmp_path / rule / "metrics.jsonl").read_text().splitlines()]
+    rows = [m for m in metrics if "rollout/sampled_completions" in m]
+    assert rows and s["updates"] == len(rows) >= 2
+    done = 0
+    for m in rows:
+        # 4 prompts x 4 completions, plus 2 continuations per branch point
+        assert m["rollout/branch_points"] > 0
+        assert m["rollout/branch_completions"] == 2 * m["rollout/branch_points"]
+        assert m["rollout/sampled_completions"] == 16 + m["rollout/branch_completions"]
+        assert m["rollout/sampled_tokens"] == m["rollout/completion_tokens"] + m["rollout/branch_tokens"]
+        assert m["rollout/branch_tokens"] >= m["rollout/branch_completions"]  # at least one token each
+        done += int(m["rollout/sampled_completions"])
+        assert m["step"] == done  # the curves' step counter counts the branches
+    assert s["env_steps"] == done >= 96
+    assert s["throughput/completions_per_s"] is not None and all("train/loss" in m for m in rows)
+
+
+@text_extra
+def test_state_group_config_refusals(run_cli: Callable[..., Any]) -> None:
+    common = ("env=arithmetic", "algo.group_mode=state", "total_steps=16", *FAST)
+    for bad, key in (
+        ("text.branch_size=0", "text.branch_size=0 must be > 0"),
+        ("text.branch_points=-1", "text.branch_points=-1 must be > 0"),
+        ("text.branch_rule=sometimes", "text.branch_rule=sometimes is not valid; choose one of every, entropy"),
+        ("algo.branch_credit=both", "algo.branch_credit=both is not valid; choose one of sum, replace"),
+        ("text.branch_every=0", "text.branch_every=0 must be > 0"),
+    ):
+        proc = run_cli(*common, bad, check=False)
+        assert proc.returncode == 2, (bad, proc.stderr)
+        assert key in proc.stderr, (bad, proc.stderr)
+    proc = run_cli(*common, "text.max_new_tokens=3", "text.branch_every=3", check=False)
+    assert proc.returncode == 2
+    assert "text.branch_every=3 leaves no branch point inside a completion of at most text.max_new_tokens=3" in (
+        proc.stderr
+    )

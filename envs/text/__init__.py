@@ -179,6 +179,16 @@ def text_config_errors(cfg: DictConfig) -> list[str]:
         errors.append(f"model.hidden_size={m.hidden_size} must be divisible by model.num_heads={m.num_heads}")
     if m.lora.enabled and a.ref_refresh > 0:  # GRPO's key: text envs train GRPO only
         errors.append("model.lora.enabled: the reference is the adapter-free base model; set algo.ref_refresh=0")
+    t = cfg.text
+    from grpo_marl.groups import GROUP_MODES
+
+    mode = GROUP_MODES.find(str(a.get("group_mode", "seed")))
+    if mode is not None and mode.snapshots and t.branch_rule == "every" and t.max_new_tokens and t.branch_every:
+        from grpo_marl.text.branching import budget_error
+
+        problem = budget_error(int(t.branch_every), int(t.max_new_tokens), str(a.group_mode))
+        if problem:
+            errors.append(problem)
     if str(a.name) == "grpo" and str(a.advantage) != "outcome":
         errors.append(
             f"algo.advantage={a.advantage}: text rewards arrive once per completion; use algo.advantage=outcome"

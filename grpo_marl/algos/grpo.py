@@ -13,7 +13,13 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from grpo_marl.advantages import outcome_advantages, return_to_go_advantages, zero_std_groups
+from grpo_marl.advantages import (
+    branched_advantages,
+    outcome_advantages,
+    return_to_go_advantages,
+    zero_std_groups,
+    zero_std_trees,
+)
 from grpo_marl.algos import Algorithm, register_algo
 from grpo_marl.batch import Batch
 from grpo_marl.losses import make_loss, token_weights
@@ -96,13 +102,30 @@ class GRPO(Algorithm[P, R]):
         return returns, mask.any(-1)
 
     def zero_groups(self, batch: Batch) -> Tensor:
+        """Groups without signal: all returns equal (and, for a batch with branch points, all the
+        branch points' values equal to them too)."""
         returns, valid = self.group_returns(batch)
+        if "branch_mask" in batch:
+            return zero_std_trees(returns, valid, batch.grouped("branch_mask"), batch.grouped("branch_value"))
         return zero_std_groups(returns, valid)
 
     def advantages(self, batch: Batch) -> Tensor:
-        """``[B, T]`` advantages from the configured estimator (pure functions in advantages.py)."""
+        """``[B, T]`` advantages from the configured estimator (pure functions in advantages.py).
+
+        A batch whose rollouts carry branch points (``branch_mask``/``branch_value``: the
+        Monte-Carlo values of prefixes, text state groups) adds their segment advantages to the
+        outcome advantage, or replaces it, by ``algo.branch_credit``."""
         rewards, mask = batch.grouped("rewards"), batch.grouped("mask")
-        if self.cfg.advantage == "outcome":
+        if "branch_mask" in batch:
+            adv = branched_advantages(
+                rewards,
+                mask,
+                batch.grouped("branch_mask"),
+                batch.grouped("branch_value"),
+                scale=str(self.cfg.scale),
+                credit=str(self.cfg.branch_credit),
+            )
+        elif self.cfg.advantage == "outcome":
             adv = outcome_advantages(rewards, mask, scale=str(self.cfg.scale))
         else:
             adv = return_to_go_advantages(rewards, mask, gamma=float(self.cfg.gamma), scale=str(self.cfg.scale))

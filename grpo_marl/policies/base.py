@@ -153,7 +153,24 @@ class TextPolicy(SequenceScorer, Protocol):
         greedy: bool = False,
         num_samples: int = 1,
         generator: torch.Generator | None = None,
+        keep_cache: bool = False,
+        with_entropy: bool = False,
     ) -> Generation: ...
+
+    def branch(
+        self,
+        gen: Generation,
+        rows: Tensor,
+        starts: Tensor,
+        *,
+        num_samples: int,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> Generation:
+        """Continuations from prefixes of ``gen``'s completions (state groups)."""
+        ...
 
     def reference(self) -> SequenceScorer:
         """The frozen reference policy of the KL term."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,10 @@ class Generation:
     """``[B]`` True where no EOS appeared within ``max_new_tokens``."""
     prompt_len: int
     """``P``: width of the prompt block."""
+    entropy: Tensor | None = None
+    """``[B, T]`` entropy of each sampled token's (temperature-scaled) distribution, when asked."""
+    cache: Any = field(default=None, repr=False)
+    """The final KV cache (``generate(..., keep_cache=True)``), for :meth:`LLMPolicy.branch`."""
 
     @property
     def completion_ids(self) -> Tensor:
@@ -440,12 +444,16 @@ class LLMPolicy(nn.Module):
         greedy: bool = False,
         num_samples: int = 1,
         generator: torch.Generator | None = None,
+        keep_cache: bool = False,
+        with_entropy: bool = False,
     ) -> Generation:
         """Sample ``num_samples`` completions per prompt (rows of one prompt are contiguous).
 
         Prompts are prefilled once and the KV cache is repeated ``num_samples`` times, so a group
         of G completions costs one prompt forward, not G. Sampling stops at a stop token per row
         (later tokens are padding, masked out) and the loop exits as soon as every row stopped.
+        ``keep_cache`` keeps the final KV cache in the result (for :meth:`branch`);
+        ``with_entropy`` records the entropy of each sampled token's distribution.
         """
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
@@ -460,7 +468,17 @@ class LLMPolicy(nn.Module):
             model.eval()
         try:
             return self._generate(
-                model, prompt_ids, prompt_mask, max_new_tokens, temperature, top_p, greedy, num_samples, generator
+                model,
+                prompt_ids,
+                prompt_mask,
+                max_new_tokens,
+                temperature,
+                top_p,
+                greedy,
+                num_samples,
+                generator,
+                keep_cache,
+                with_entropy,
             )
         finally:
             if toggle:
@@ -477,14 +495,13 @@ class LLMPolicy(nn.Module):
         greedy: bool,
         num_samples: int,
         generator: torch.Generator | None,
+        keep_cache: bool = False,
+        with_entropy: bool = False,
     ) -> Generation:
         n, p_len = prompt_ids.shape
-        b = n * num_samples
-        dev = prompt_ids.device
         padded = bool((prompt_mask == 0).any())
         pos = positions_from_mask(prompt_mask)
         fast = self.fast if (self.fast is not None and model is self.model) else None
-        kw: dict[str, Any] = {"use_cache": True, "logits_to_keep": 1}
         cache: Any  # FastGPT2's list of (key, value) or a transformers Cache
         if fast is not None:
             logits, cache = fast(prompt_ids, pos, prompt_mask if padded else None, None, logits_to_keep=1)
@@ -493,27 +510,87 @@ class LLMPolicy(nn.Module):
                 input_ids=prompt_ids,
                 attention_mask=prompt_mask if padded else None,
                 position_ids=pos,
-                **kw,
+                use_cache=True,
+                logits_to_keep=1,
             )
             cache, logits = _out_cache(out), out.logits
         logits = logits[:, -1]
         if num_samples > 1:
-            if fast is not None:
-                cache = fast.repeat_cache(cache, num_samples)
-            else:
-                cache.batch_repeat_interleave(num_samples)
+            cache = self._repeat_cache(cache, num_samples, fast)
             logits = logits.repeat_interleave(num_samples, 0)
             prompt_mask = prompt_mask.repeat_interleave(num_samples, 0)
             prompt_ids = prompt_ids.repeat_interleave(num_samples, 0)
             pos = pos.repeat_interleave(num_samples, 0)
-        next_pos = pos[:, -1:] + 1
+        tokens, logps, completion_mask, done, ent, cache = self._decode(
+            model,
+            fast,
+            cache,
+            logits,
+            prompt_mask,
+            pos[:, -1:] + 1,
+            max_new_tokens,
+            None,
+            padded,
+            temperature,
+            top_p,
+            greedy,
+            generator,
+            with_entropy,
+        )
+        return Generation(
+            input_ids=torch.cat([prompt_ids, tokens], 1),
+            attention_mask=torch.cat([prompt_mask.long(), completion_mask], 1),
+            completion_mask=completion_mask,
+            logp=logps,
+            truncated=~done,
+            prompt_len=p_len,
+            entropy=ent,
+            cache=cache if keep_cache else None,
+        )
+
+    @staticmethod
+    def _repeat_cache(cache: Any, n: int, fast: FastGPT2 | None) -> Any:
+        """Each row of a KV cache ``n`` times (rows of one source contiguous)."""
+        if fast is not None:
+            return fast.repeat_cache(cache, n)
+        cache.batch_repeat_interleave(n)
+        return cache
+
+    def _decode(
+        self,
+        model: nn.Module,
+        fast: FastGPT2 | None,
+        cache: Any,
+        logits: Tensor,
+        prefix_mask: Tensor,
+        next_pos: Tensor,
+        max_new_tokens: int,
+        budget: Tensor | None,
+        padded: bool,
+        temperature: float,
+        top_p: float,
+        greedy: bool,
+        generator: torch.Generator | None,
+        with_entropy: bool,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, Any]:
+        """The sampling loop over a prefilled KV cache: ``logits[B, V]`` predict the first new
+        token, ``prefix_mask[B, S]`` marks the attendable entries of the ``S``-entry cache (holes
+        allowed: branches of different prefix lengths share one cache block), ``next_pos[B, 1]``
+        is the first new token's position. ``budget[B]`` caps each row's new tokens (None: all
+        ``max_new_tokens``). Returns tokens, log-probs, completion mask ``[B, steps]``, which rows
+        stopped on a stop token, the entropies (``with_entropy``) and the cache."""
+        b, s_len = prefix_mask.shape
+        dev = logits.device
         tokens = torch.full((b, max_new_tokens), self.pad_id, dtype=torch.long, device=dev)
         logps = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=dev)
+        ents = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=dev) if with_entropy else None
         done = torch.zeros(b, dtype=torch.bool, device=dev)
+        stopped = torch.zeros(b, dtype=torch.bool, device=dev)
         alive_len = torch.zeros(b, dtype=torch.long, device=dev)
-        attn = torch.cat([prompt_mask, torch.ones((b, max_new_tokens), dtype=prompt_mask.dtype, device=dev)], 1)
+        attn = torch.cat([prefix_mask, torch.ones((b, max_new_tokens), dtype=prefix_mask.dtype, device=dev)], 1)
         inv_t = 1.0 if greedy else 1.0 / temperature
         single_stop = self.stop_ids.numel() == 1
+        kw: dict[str, Any] = {"use_cache": True, "logits_to_keep": 1}
         steps = 0
         for t in range(max_new_tokens):
             stopping.check()  # a signal abandons an evaluation between generation steps
@@ -524,18 +601,24 @@ class LLMPolicy(nn.Module):
             else:
                 probs = logprobs.exp() if top_p >= 1.0 else top_p_filter(scaled, top_p).softmax(-1)
                 tok = sample_rows(probs, generator)
+            if ents is not None:
+                ents[:, t] = -(logprobs.exp() * logprobs).sum(-1).masked_fill(done, 0.0)
             tok = tok.masked_fill(done, self.pad_id)
             tokens[:, t] = tok
             logps[:, t] = logprobs.gather(1, tok[:, None]).squeeze(1).masked_fill(done, 0.0)
             alive_len += (~done).long()
-            done = done | ((tok == self.eos_id) if single_stop else torch.isin(tok, self.stop_ids))
+            stop = (tok == self.eos_id) if single_stop else torch.isin(tok, self.stop_ids)
+            stopped = stopped | (stop & ~done)
+            done = done | stop
+            if budget is not None:
+                done = done | (alive_len >= budget)
             steps = t + 1
             if t + 1 == max_new_tokens or bool(done.all()):
                 break
             # Stopped rows feed EOS (their outputs are ignored); feeding the pad id without a
             # mask makes transformers warn about unmasked padding.
             step_ids = tok.masked_fill(done, self.eos_id)[:, None]
-            step_mask = attn[:, : p_len + t + 1] if padded else None
+            step_mask = attn[:, : s_len + t + 1] if padded else None
             if fast is not None:
                 logits, cache = fast(step_ids, next_pos, step_mask, cache, logits_to_keep=1)
             else:
@@ -553,14 +636,150 @@ class LLMPolicy(nn.Module):
         logps = logps[:, :steps]
         ar = torch.arange(steps, device=dev)
         completion_mask = (ar[None, :] < alive_len[:, None]).long()
-        truncated = ~done
+        return tokens, logps, completion_mask, stopped, None if ents is None else ents[:, :steps], cache
+
+    @torch.no_grad()
+    def branch(
+        self,
+        gen: Generation,
+        rows: Tensor,
+        starts: Tensor,
+        *,
+        num_samples: int,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> Generation:
+        """Continuations from prefixes of sampled completions, reusing their KV cache.
+
+        Prefix ``j`` is the prompt of completion ``rows[j]`` of ``gen`` (a :meth:`generate` with
+        ``keep_cache=True``) followed by that completion's first ``starts[j]`` tokens (``1 <=
+        starts[j] < its length``); ``num_samples`` continuations are sampled from each (rows of one
+        prefix contiguous), each with at most ``max_new_tokens - starts[j]`` new tokens, so a
+        continuation with its prefix fits the completion budget. The prefix is never recomputed:
+        the cache of ``gen`` is cut to the longest prefix and its rows selected, each prefix feeds
+        its last token once (the only prefix work), and the cache is repeated over the branches,
+        so a branch pays only its own tokens. All prefixes run in one decode loop; a shorter
+        prefix's unused cache entries are masked out (a hole in the attention mask, the positions
+        count only real tokens).
+
+        Returns a :class:`Generation` whose completion block holds the *continuation* tokens only,
+        in the usual layout: the prompt + prefix block left-padded to ``prompt_len`` (the widest
+        prefix), so :meth:`completion_logprobs` scores the continuations as it scores completions.
+        The cache of ``gen`` is consumed (cut and reordered in place).
+        """
+        if gen.cache is None:
+            raise ValueError("LLMPolicy.branch needs a generation sampled with keep_cache=True")
+        if rows.numel() == 0:
+            raise ValueError("LLMPolicy.branch: no prefixes to branch from")
+        starts = starts.to(torch.long)
+        if bool((starts < 1).any()) or bool((starts >= gen.lengths[rows]).any()):
+            raise ValueError("LLMPolicy.branch: every start must lie inside its completion (1 <= t < length)")
+        model = self.model
+        was_training = model.training
+        toggle = was_training and self.fast is None
+        if toggle:
+            model.eval()
+        try:
+            return self._branch(model, gen, rows, starts, num_samples, max_new_tokens, temperature, top_p, generator)
+        finally:
+            if toggle:
+                model.train(was_training)
+
+    def _branch(
+        self,
+        model: nn.Module,
+        gen: Generation,
+        rows: Tensor,
+        starts: Tensor,
+        num_samples: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        generator: torch.Generator | None,
+    ) -> Generation:
+        p_len = gen.prompt_len
+        dev = rows.device
+        t_max = int(starts.max())
+        width = p_len + t_max - 1  # cache entries kept: the prompt and completion tokens 0 .. t_max - 2
+        fast = self.fast if (self.fast is not None and model is self.model) else None
+        cache = gen.cache
+        if fast is not None:
+            cache = [(k[rows, :, :width], v[rows, :, :width]) for k, v in cache]
+        else:
+            if not getattr(cache, "is_croppable", True):
+                raise ValueError(f"LLMPolicy.branch: the model's {type(cache).__name__} cannot be cut to a prefix")
+            extra = int(cache.get_seq_length()) - width
+            if extra > 0:
+                cache.crop(-extra)  # a negative count removes that many entries (transformers 4.x and 5.x)
+            cache.batch_select_indices(rows)
+        n = rows.numel()
+        ar = torch.arange(t_max, device=dev)
+        comp = gen.completion_ids[rows, :t_max]
+        in_prefix = ar[None, :] < (starts[:, None] - 1)  # completion tokens already in the kept cache
+        prompt_mask = gen.attention_mask[rows, :p_len].long()
+        # [prompt | completion tokens 0 .. t-2 | hole up to t_max - 1]: the kept cache's entries
+        prefix_mask = torch.cat([prompt_mask, in_prefix[:, : t_max - 1].long()], 1)
+        last_tok = comp.gather(1, (starts - 1)[:, None])  # token t-1: fed once, predicts token t
+        n_prompt = prompt_mask.sum(1, keepdim=True)
+        feed_pos = n_prompt + starts[:, None] - 1
+        feed_mask = torch.cat([prefix_mask, torch.ones((n, 1), dtype=prefix_mask.dtype, device=dev)], 1)
+        if fast is not None:
+            logits, cache = fast(last_tok, feed_pos, feed_mask, cache, logits_to_keep=1)
+        else:
+            out = model(
+                input_ids=last_tok,
+                attention_mask=feed_mask,
+                position_ids=feed_pos,
+                use_cache=True,
+                logits_to_keep=1,
+                **{self._cache_kw: cache},
+            )
+            cache, logits = _out_cache(out), out.logits
+        logits = logits[:, -1]
+        budget = max_new_tokens - starts
+        k = num_samples
+        if k > 1:
+            cache = self._repeat_cache(cache, k, fast)
+            logits = logits.repeat_interleave(k, 0)
+            feed_mask = feed_mask.repeat_interleave(k, 0)
+            feed_pos = feed_pos.repeat_interleave(k, 0)
+            budget = budget.repeat_interleave(k, 0)
+        tokens, logps, completion_mask, stopped, _, _ = self._decode(
+            model,
+            fast,
+            cache,
+            logits,
+            feed_mask,
+            feed_pos + 1,
+            int(budget.max()),
+            budget,
+            True,
+            temperature,
+            top_p,
+            False,
+            generator,
+            False,
+        )
+        # The prefix block in the Task's layout: prompt + completion tokens 0 .. t-1, left-padded to
+        # the widest prefix (so the block's last column predicts the continuation's first token).
+        full_ids = torch.cat([gen.input_ids[rows, :p_len], comp], 1)
+        full_attn = torch.cat([prompt_mask, torch.ones_like(comp)], 1)
+        src = torch.arange(p_len + t_max, device=dev)[None, :] - (t_max - starts)[:, None]
+        keep = src >= 0
+        prefix_ids = full_ids.gather(1, src.clamp_min(0)).masked_fill(~keep, self.pad_id)
+        prefix_attn = full_attn.gather(1, src.clamp_min(0)).masked_fill(~keep, 0)
+        if k > 1:
+            prefix_ids = prefix_ids.repeat_interleave(k, 0)
+            prefix_attn = prefix_attn.repeat_interleave(k, 0)
         return Generation(
-            input_ids=torch.cat([prompt_ids, tokens], 1),
-            attention_mask=torch.cat([prompt_mask.long(), completion_mask], 1),
+            input_ids=torch.cat([prefix_ids, tokens], 1),
+            attention_mask=torch.cat([prefix_attn, completion_mask], 1),
             completion_mask=completion_mask,
             logp=logps,
-            truncated=truncated,
-            prompt_len=p_len,
+            truncated=~stopped,
+            prompt_len=p_len + t_max,
         )
 
     # ------------------------------------------------------------------ scoring

@@ -16,6 +16,13 @@ per ``text.chat_template`` / ``text.system_prompt`` (:mod:`grpo_marl.text.chat`)
 
 Env steps are completions (one-step episodes), so ``total_steps`` counts sampled completions and
 ``time/sps`` is completions per second.
+
+State groups (``algo.group_mode=state``): after the prompt groups are sampled, every completion
+branches at ``text.branch_points`` prefixes and ``text.branch_size`` continuations are sampled from
+each (prefix KV cache reused); their mean reward is the prefix's Monte-Carlo value, which the
+algorithm turns into segment advantages (:func:`grpo_marl.advantages.branched_advantages`). The
+continuations count as sampled completions everywhere (env steps, ``rollout/sampled_tokens``,
+``rollout/branch_tokens``, throughput).
 """
 
 from __future__ import annotations
@@ -36,9 +43,10 @@ from grpo_marl.batch import Batch
 from grpo_marl.errors import ConfigError, UserInputError
 from grpo_marl.logging import RunLogger
 from grpo_marl.policies.base import SequenceScorer, TextPolicy
-from grpo_marl.policies.llm import AdapterDisabledReference, LLMPolicy, LoraSpec, resolve_dtype
+from grpo_marl.policies.llm import AdapterDisabledReference, Generation, LLMPolicy, LoraSpec, resolve_dtype
 from grpo_marl.registry import EnvSpec
 from grpo_marl.tasks.base import Task
+from grpo_marl.text.branching import branch_points, budget_error, join_continuations
 from grpo_marl.text.chat import render_prompts
 from grpo_marl.text.loading import quiet_third_party
 from grpo_marl.text.warm_start import sft_warm_start, trim_left
@@ -154,6 +162,14 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
         self.log_n = int(t.log_completions)
         self.num_groups = int(cfg.algo.num_groups)
         self.group_size = int(cfg.algo.group_size)
+        # State groups (a group mode whose members start from a snapshot): a text env's state is a
+        # prefix of a sampled completion, so every completion branches (_branch).
+        from grpo_marl.groups import group_mode
+
+        self.branching = group_mode(str(cfg.algo.group_mode)).snapshots
+        self.branch_rule = str(t.branch_rule)
+        self.branch_points = int(t.branch_points)
+        self.branch_size = int(t.branch_size)
         self.policy = build_policy(cfg, self.text_task.alphabet, device)
         # Render (chat template) and tokenize every prompt once; batches slice these tensors.
         tok = self.policy.tokenizer
@@ -168,6 +184,12 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
         self.prompt_width = int(self._train_ids.shape[1])
         self.max_new_tokens = int(t.max_new_tokens or self._default_budget(bool(cfg.model.path)))
         self._check_prompt_lengths()
+        # text.branch_every=null: the budget split evenly between the branch points
+        self.branch_every = int(t.branch_every or max(1, self.max_new_tokens // (self.branch_points + 1)))
+        if self.branching and self.branch_rule == "every":
+            problem = budget_error(self.branch_every, self.max_new_tokens, str(cfg.algo.group_mode))
+            if problem:  # with text.max_new_tokens=null the task's budget is known only now
+                raise UserInputError(problem + ("" if t.max_new_tokens else ", the task's budget here"))
         self.sft_stats: dict[str, float] = {}
         # On resume the checkpoint's weights replace the policy's, so the warm start is skipped.
         if int(t.sft_steps) > 0 and not cfg.resume:
@@ -303,6 +325,8 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
             top_p=self.top_p,
             num_samples=self.group_size,
             generator=self.generator,
+            keep_cache=self.branching,
+            with_entropy=self.branching and self.branch_rule == "entropy",
         )
         t_gen = time.perf_counter()
         texts = policy.decode(gen.completion_ids, gen.completion_mask)
@@ -310,8 +334,11 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
         prompts = [self.train_set.prompts[i] for i in rows]
         answers = [self.train_set.answers[i] for i in rows]
         total, per_fn, acc = self.text_task.score(prompts, texts, answers)
-        prompts = [self.train_text[i] for i in rows]  # logged as the model saw them
         t_score = time.perf_counter()
+        branches = self._branch(policy, gen, prompts, answers) if self.branching else None
+        gen.cache = None  # the KV cache is not needed past branching
+        t_branch = time.perf_counter()
+        prompts = [self.train_text[i] for i in rows]  # logged as the model saw them
         if self.prompt_sampling == "hard":
             group_acc = acc.reshape(len(idx), self.group_size).mean(1)
             self._prompt_acc[idx] = 0.5 * self._prompt_acc[idx] + 0.5 * group_acc
@@ -345,10 +372,21 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
             "rewards": rewards * widen_t(valid.long()).float(),
             "logp": widen_t(gen.logp),
         }
-        self.completions += b
         lengths = cm.sum(1).float()
-        self._timed_completions += b
-        self._timed_tokens += float(lengths.sum())
+        sampled, sampled_tokens = b, float(lengths.sum())
+        branch_metrics: dict[str, float] = {}
+        if branches is not None:
+            bmask, bvalue, branch_metrics = branches
+            data["branch_mask"] = widen_t(bmask.long()).bool() & data["mask"]
+            data["branch_value"] = widen_t(bvalue)
+            sampled += int(branch_metrics["rollout/branch_completions"])
+            sampled_tokens += branch_metrics["rollout/branch_tokens"]
+            branch_metrics["time/branch_s"] = t_branch - t_score
+        # Every sampled completion counts, branch continuations included: env steps (total_steps,
+        # the curves' x axis), time/sps and the throughput figures are honest about the cost.
+        self.completions += sampled
+        self._timed_completions += sampled
+        self._timed_tokens += sampled_tokens
         metrics: dict[str, float] = {
             "rollout/reward_mean": float(total.mean()),
             "rollout/reward_std": float(total.std()),
@@ -357,15 +395,79 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
             "rollout/completion_len_max": float(lengths.max()),
             "rollout/truncated_frac": float(gen.truncated.float().mean()),
             "rollout/completion_tokens": float(lengths.sum()),
+            "rollout/sampled_completions": float(sampled),
+            "rollout/sampled_tokens": sampled_tokens,
             "time/generate_s": t_gen - t0,
             "time/score_s": t_score - t_gen,
             "time/completions_per_s_generate": b / max(t_gen - t0, 1e-9),
+            **branch_metrics,
         }
         for name, vals in per_fn.items():
             metrics[f"rollout/reward/{name}"] = float(vals.mean())
         self.updates += 1
         self._log_completions(prompts, texts, answers, total, acc)
         return Batch(data, self.group_size, metrics)
+
+    def _branch(
+        self, policy: TextPolicy, gen: Generation, prompts: list[str], answers: list[str]
+    ) -> tuple[Tensor, Tensor, dict[str, float]]:
+        """State groups: ``text.branch_size`` continuations from prefixes of every completion.
+
+        The branch points come from ``text.branch_rule`` (:func:`grpo_marl.text.branching.branch_points`);
+        all continuations are sampled in one decode loop over the completions' own KV cache
+        (:meth:`~grpo_marl.policies.llm.LLMPolicy.branch`), each within what is left of the
+        completion budget, and scored as whole completions (prefix + continuation). Returns
+        ``branch_mask[B, T]`` (a branch point before token t), ``branch_value[B, T]`` (the mean
+        reward of its continuations: the prefix's Monte-Carlo value) and the branch metrics.
+
+        The continuations are value estimates only, not trained on: their reward reaches the
+        prefix's tokens through the segment advantages, the batch keeps its one-row-per-completion
+        groups, and the loss's token count is that of the prompt groups (VinePPO's choice too).
+        """
+        b, t_len = gen.completion_mask.shape
+        dev = gen.completion_mask.device
+        bmask = torch.zeros((b, t_len), dtype=torch.bool, device=dev)
+        bvalue = torch.zeros((b, t_len), dtype=torch.float32, device=dev)
+        rows, starts = branch_points(
+            gen.lengths, rule=self.branch_rule, every=self.branch_every, points=self.branch_points, entropy=gen.entropy
+        )
+        metrics = {
+            "rollout/branch_points": float(rows.numel()),
+            "rollout/branch_completions": 0.0,
+            "rollout/branch_tokens": 0.0,
+        }
+        if rows.numel() == 0:
+            return bmask, bvalue, metrics
+        k = self.branch_size
+        br = policy.branch(
+            gen,
+            rows,
+            starts,
+            num_samples=k,
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            generator=self.generator,
+        )
+        rep_rows, rep_starts = rows.repeat_interleave(k), starts.repeat_interleave(k)
+        ids, mask = join_continuations(
+            gen.completion_ids[rep_rows], rep_starts, br.completion_ids, br.completion_mask, self.max_new_tokens,
+            policy.pad_id,
+        )  # fmt: skip
+        texts = policy.decode(ids, mask)
+        src = rep_rows.tolist()
+        total, _, acc = self.text_task.score([prompts[i] for i in src], texts, [answers[i] for i in src])
+        values = torch.as_tensor(total, dtype=torch.float32, device=dev).reshape(-1, k).mean(1)
+        bmask[rows, starts] = True
+        bvalue[rows, starts] = values
+        metrics.update({
+            "rollout/branch_completions": float(br.completion_mask.shape[0]),
+            "rollout/branch_tokens": float(br.completion_mask.sum()),
+            "rollout/branch_start_mean": float(starts.float().mean()),
+            "rollout/branch_accuracy": float(acc.mean()),
+            "rollout/branch_value_mean": float(values.mean()),
+        })  # fmt: skip
+        return bmask, bvalue, metrics
 
     def _log_completions(
         self, prompts: list[str], texts: list[str], answers: list[str], total: np.ndarray, acc: np.ndarray
