@@ -269,7 +269,6 @@ class VmasVec(VecEnv):
         self.with_state = bool(with_state)
         self.max_episode_steps = int(task.max_steps)
         self.env = _make(task, E, self.device, self.name)
-        self._probe_env: Any = None
         agents = tuple(a.name for a in self.env.agents)
         obs_spaces = [
             spaces.Box(-np.inf, np.inf, (int(np.prod(s.shape)),), np.float32) for s in self.env.observation_space
@@ -337,7 +336,8 @@ class VmasVec(VecEnv):
         key: int | None = None
         if given:
             # one stream for the whole call, keyed by its seeds and rows (None: a fresh draw)
-            entropy = [int(s) if s is not None else random.getrandbits(62) for s in seeds]
+            # a seedless env draws fresh OS entropy, not from any stream the training uses
+            entropy = [int(s) if s is not None else int(np.random.SeedSequence().entropy) % 2**62 for s in seeds]
             key = int(np.random.SeedSequence([*entropy, *rows, len(rows)]).generate_state(1, np.uint64)[0] >> 1)
         E = self.num_envs
         keep = torch.ones(E, dtype=torch.bool, device=self.device)
@@ -457,4 +457,3 @@ class VmasVec(VecEnv):
 
     def close(self) -> None:
         self.env = None
-        self._probe_env = None
