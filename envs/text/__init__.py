@@ -1,5 +1,5 @@
 """Text-generation environments (kind ``text``): ``arithmetic``, ``quadratic``, ``arith_chat``,
-``quadratic_chat``, ``text_jsonl``.
+``quadratic_chat``, ``chain_chat``, ``text_jsonl``.
 
 Importing this package only registers names; gymnasium/numpy/the tasks are imported inside the
 factories, and transformers only by the LLM policy, so ``grpo_marl.registry`` stays cheap.
@@ -50,6 +50,10 @@ def _quadratic_chat(split: str = "train", **kw: Any) -> Any:
     return make_text_env("quadratic_chat", split=split, **kw)
 
 
+def _chain_chat(split: str = "train", **kw: Any) -> Any:
+    return make_text_env("chain_chat", split=split, **kw)
+
+
 def _jsonl(split: str = "train", **kw: Any) -> Any:
     return make_text_env("text_jsonl", split=split, **kw)
 
@@ -89,6 +93,16 @@ register_env(
     description="quadratic's equations (152 train / 38 held out) as chat turns 'Solve x^2 + 4x + 3 = 0. Reply with "
     "the roots only, in the form x = r1, r2.' for pretrained instruct models (default: SmolLM2-135M-Instruct); "
     "reward: the roots the reply states + format",
+)
+register_env(
+    "chain_chat",
+    _chain_chat,
+    kind="text",
+    defaults=CONF_DIR / "chain_chat.yaml",
+    threshold=0.5,
+    description="multi-step chat prompt 'Compute a + b - c. Write each step, then the answer.' (terms in 1..30, two "
+    "solved turns shown first; 2,000 train / 100 held out) for pretrained instruct models (default: "
+    "SmolLM2-135M-Instruct); reward: the reply's last integer == the result; chain_steps logged",
 )
 register_env(
     "text_jsonl",

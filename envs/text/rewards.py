@@ -402,6 +402,29 @@ def last_int_match(
     return out
 
 
+_STEP_RE = re.compile(r"(-?\d+)\s*([+\-])\s*(-?\d+)\s*=\s*(-?\d+)")
+
+
+def chain_steps_credit(text: str) -> float:
+    """The fraction of the ``x + y = z`` / ``x - y = z`` steps written in ``text`` that are right
+    (0 when it writes none): ``"7 + 5 = 12. 12 - 3 = 8."`` -> 0.5."""
+    steps = _STEP_RE.findall(text.replace(",", ""))
+    if not steps:
+        return 0.0
+    right = sum(int(z) == (int(x) + int(y) if op == "+" else int(x) - int(y)) for x, op, y, z in steps)
+    return right / len(steps)
+
+
+@register_reward("chain_steps")
+def chain_steps(
+    prompts: Sequence[object], completions: Sequence[str], answers: Sequence[str], **kwargs: object
+) -> list[float]:
+    """Credit inside a worked chain: the fraction of the reply's written ``x +/- y = z`` steps that
+    are arithmetically right (:func:`chain_steps_credit`). ``chain_chat`` logs it at weight 0 to
+    show where replies go wrong (a right first step, a wrong second) without rewarding it."""
+    return [chain_steps_credit(c) for c in completions]
+
+
 @register_reward("int_format")
 def int_format(
     prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str], **kwargs: object

@@ -362,6 +362,106 @@ def arith_chat_task(
     )
 
 
+CHAIN_CHAT_INSTRUCTION = "Compute {expr}. Write each step, then the answer."
+
+
+def chain_expression(terms: Sequence[int], ops: Sequence[str]) -> tuple[str, list[str], int]:
+    """``"a + b - c"``, its worked steps (``["a + b = s", "s - c = r"]``) and the result."""
+    expr, total, steps = str(terms[0]), int(terms[0]), []
+    for op, t in zip(ops, terms[1:], strict=True):
+        nxt = total + t if op == "+" else total - t
+        steps.append(f"{total} {op} {t} = {nxt}")
+        expr += f" {op} {t}"
+        total = nxt
+    return expr, steps, total
+
+
+def chain_chat_task(
+    low: int = 1,
+    high: int = 30,
+    ops: str = "+-",
+    n_train: int = 2000,
+    n_eval: int = 100,
+    split_seed: int = 0,
+    instruction: str = CHAIN_CHAT_INSTRUCTION,
+    examples: Sequence[Sequence[int]] = ((7, 5, 3), (14, 9, 6)),
+    rewards: RewardWeights | None = None,
+    max_new_tokens: int = 32,
+) -> TextTask:
+    """Multi-step arithmetic as a chat turn for pretrained instruct models, where the reply's
+    intermediate steps decide the final number: ``Compute 17 + 25 - 8. Write each step, then the
+    answer.`` -> ``17 + 25 = 42. 42 - 8 = 34. The answer is 34.``; answer ``34``.
+
+    The expression has ``len(ops) + 1`` terms in ``[low, high]`` joined by ``ops`` in order (each
+    ``+`` or ``-``; ``"+-"``: ``a + b - c``). Distinct term tuples are drawn with ``split_seed``:
+    the first ``n_eval`` are held out and the next ``n_train`` train. ``examples`` (term tuples
+    with the same ``ops``) are shown first as solved turns in the worked format: without them
+    SmolLM2-135M-Instruct writes a prose derivation that does not end within the budget (0/32
+    greedy right in 48 tokens); with the two defaults it writes the steps in the format and gets
+    about 1 in 12 right (4/48 greedy, 3/48 sampled at temperature 1, 32 new tokens), most often
+    losing the chain at a wrong first sum or a miscopied number. A held-out tuple as an example
+    is an error.
+
+    Reward: 1 when the last integer of the reply is the result (``last_int_match``, also the
+    accuracy). ``chain_steps`` (the fraction of written steps that are right) is logged at weight
+    0 (``eval/reward/chain_steps``).
+    """
+    if not ops or any(op not in "+-" for op in ops):
+        raise ConfigError(f"chain_chat: env_kwargs.ops={ops!r} must be one or more of '+' and '-' (e.g. '+-')")
+    n_terms = len(ops) + 1
+    space = (high - low + 1) ** n_terms
+    if low > high or n_eval < 1 or n_train < 1 or n_eval + n_train > space:
+        raise ConfigError(
+            f"chain_chat: n_train={n_train} + n_eval={n_eval} must be >= 1 each and at most the {space} "
+            f"term tuples in [{low}, {high}] (env_kwargs.n_train / env_kwargs.n_eval / low / high)"
+        )
+    rng = random.Random(split_seed)
+    seen: set[tuple[int, ...]] = set()
+    chosen: list[tuple[int, ...]] = []
+    while len(chosen) < n_eval + n_train:
+        t = tuple(rng.randint(low, high) for _ in range(n_terms))
+        if t not in seen:
+            seen.add(t)
+            chosen.append(t)
+    held_out = set(chosen[:n_eval])
+    demo: list[dict[str, str]] = []
+    for ex in examples:
+        terms = tuple(int(v) for v in ex)
+        if len(terms) != n_terms:
+            raise ConfigError(
+                f"chain_chat: example {list(terms)} needs {n_terms} terms for ops={ops!r} (env_kwargs.examples)"
+            )
+        if terms in held_out:
+            raise ConfigError(f"chain_chat: example {list(terms)} is a held-out problem (env_kwargs.examples)")
+        expr, steps, total = chain_expression(terms, ops)
+        demo += [
+            {"role": "user", "content": instruction.format(expr=expr)},
+            {"role": "assistant", "content": ". ".join(steps) + f". The answer is {total}."},
+        ]
+
+    def rows(part: list[tuple[int, ...]]) -> PromptSet:
+        prompts, answers = [], []
+        for terms in part:
+            expr, _, total = chain_expression(terms, ops)
+            prompts.append([*demo, {"role": "user", "content": instruction.format(expr=expr)}])
+            answers.append(str(total))
+        return PromptSet(tuple(prompts), tuple(answers))
+
+    if rewards is None:
+        rewards = {"last_int_match": 1.0, "chain_steps": 0.0}
+    ev = rows(chosen[:n_eval])
+    return TextTask(
+        name="chain_chat",
+        train=rows(chosen[n_eval:]),
+        eval=ev,
+        rewards=rewards,
+        accuracy="last_int_match",
+        # A locally built tiny model reads the prompts untemplated ("user: ...", prompt_text).
+        alphabet="".join(sorted(set("0123456789+-=. The answer is").union(*(prompt_text(x) for x in ev.prompts)))),
+        max_new_tokens=max_new_tokens,
+    )
+
+
 QUAD_ALPHABET = "0123456789x^+-=, Solve"
 
 
@@ -576,5 +676,6 @@ TASKS = {
     "quadratic": quadratic_task,
     "arith_chat": arith_chat_task,
     "quadratic_chat": quadratic_chat_task,
+    "chain_chat": chain_chat_task,
     "text_jsonl": jsonl_task,
 }
