@@ -46,14 +46,19 @@ def read_run(run_dir: Path, metric: str = "eval/return_mean") -> dict[str, Any]:
     key, std = metric_key(metric), _std_metric(metric)
     curve: list[dict[str, float]] = []
     metrics = run_dir / "metrics.jsonl"
+    tokens: float | None = None  # text runs: tokens sampled so far (``rollout/sampled_tokens_total``)
     if metrics.exists():
         for line in metrics.read_text().splitlines():
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 break  # torn last line of a killed run
+            if "rollout/sampled_tokens_total" in rec:
+                tokens = float(rec["rollout/sampled_tokens_total"])
             if metric in rec and "time/wall_s" in rec:
                 point = {"step": rec["step"], "wall_s": rec["time/wall_s"], key: rec[metric]}
+                if tokens is not None or rec["step"] == 0:
+                    point["tokens"] = tokens or 0.0
                 if "time/train_s" in rec:  # wall seconds with the periodic evaluations taken out
                     point["train_s"] = rec["time/train_s"]
                 if std is not None:
@@ -466,7 +471,9 @@ def table_markdown(suite: Suite, agg: dict[str, Any], meta: dict[str, Any], plot
 def plot_curves(
     suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]], agg: dict[str, Any], out_dir: Path
 ) -> list[Path]:
-    """One PNG per env: greedy ``metric`` vs env steps and vs wall seconds, median + min-max band."""
+    """One PNG per env: greedy ``metric`` vs env steps and vs wall seconds, median + min-max band;
+    and vs sampled tokens when every run of the env counts them (ours on text: branch
+    continuations are shorter than completions, so equal completions are not equal cost)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -475,14 +482,20 @@ def plot_curves(
     paths = []
     for entry in suite.envs:
         key = metric_key(entry.metric)
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        env_curves = [r["curve"] for k, r in runs.items() if k[0] == entry.env and r["curve"]]
+        xkeys = ["step", "wall_s"]
+        xlabels = [suite.step_unit, "wall seconds"]
+        if env_curves and all("tokens" in p for c in env_curves for p in c):
+            xkeys.append("tokens")
+            xlabels.append("sampled tokens")
+        fig, axes = plt.subplots(1, len(xkeys), figsize=(5.5 * len(xkeys), 4))
         any_curve = False
         for algo in suite.algos:
             curves = [runs[k]["curve"] for k in runs if k[0] == entry.env and k[1] == algo and runs[k]["curve"]]
             if not curves:
                 continue
             any_curve = True
-            for ax, xkey in zip(axes, ("step", "wall_s")):
+            for ax, xkey in zip(axes, xkeys):
                 x_max = max(c[-1][xkey] for c in curves)
                 grid = np.linspace(0, x_max, 200)
                 ys = []
@@ -501,7 +514,7 @@ def plot_curves(
         if suite.threshold_from:  # the same for every row of the env, whichever algorithms ran
             thr = next((r["threshold"] for r in agg["rows"].values() if r["env"] == entry.env), None)
         thr_label = f"threshold ({suite.threshold_from} final, median)" if suite.threshold_from else "threshold"
-        for ax, xlabel in zip(axes, (suite.step_unit, "wall seconds")):
+        for ax, xlabel in zip(axes, xlabels):
             if thr is not None:
                 ax.axhline(thr, color="gray", ls="--", lw=1, label=thr_label)
             ax.set_xlabel(xlabel)
@@ -519,6 +532,56 @@ def plot_curves(
     return paths
 
 
+def equal_tokens_markdown(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]]) -> list[str]:
+    """Lines of a table of each algorithm's greedy metric at equal sampled tokens, for envs whose
+    runs all count tokens (ours on text): the last evaluation at or before each of four budgets up
+    to the smallest total any run sampled, median over seeds (not interpolated: what the policy had
+    reached with that many tokens). Empty when no env qualifies."""
+    lines: list[str] = []
+    for entry in suite.envs:
+        key, d = metric_key(entry.metric), entry.metric_digits
+        mine = {k: r["curve"] for k, r in runs.items() if k[0] == entry.env and r["curve"]}
+        if not mine or not all("tokens" in p for c in mine.values() for p in c):
+            continue
+        budget = min(c[-1]["tokens"] for c in mine.values())
+        if budget <= 0:
+            continue
+        marks = [budget * f for f in (0.25, 0.5, 0.75, 1.0)]
+        if not lines:
+            lines += [
+                "",
+                "## At equal sampled tokens",
+                "",
+                f"Greedy {key} of the last evaluation at or before each budget of sampled tokens (every "
+                "token sampled for training, branch continuations included), median over seeds [min, max]; "
+                "budgets: quarters of the smallest total any run of the env sampled. Tokens per "
+                f"{suite.step_unit.rstrip('s')}: the runs' totals divided (median over seeds).",
+                "",
+            ]
+        lines += [
+            f"| {entry.label}: algo | tokens / {suite.step_unit.rstrip('s')} | "
+            + " | ".join(f"{m:,.0f} tokens" for m in marks)
+            + " |",
+            "|---|---:|" + "---:|" * len(marks),
+        ]
+        for algo in suite.algos:
+            curves = [c for k, c in sorted(mine.items()) if k[1] == algo]
+            if not curves:
+                continue
+            per_step = float(np.median([c[-1]["tokens"] / c[-1]["step"] for c in curves if c[-1]["step"]]))
+            cells = []
+            for m in marks:
+                seen = [[p for p in c if p["tokens"] <= m] for c in curves]
+                vals = [max(ps, key=lambda p: p["tokens"])[key] for ps in seen if ps]
+                if len(vals) < len(curves):  # a run without an evaluation by then (no eval.at_start)
+                    cells.append("-")
+                    continue
+                cells.append(f"{np.median(vals):.{d}f} [{min(vals):.{d}f}, {max(vals):.{d}f}]")
+            lines.append(f"| {algo} (n={len(curves)}) | {per_step:.1f} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
 def write_report(
     suite: Suite, out_dir: Path, runs: dict[tuple[str, str, int], dict[str, Any]], meta: dict[str, Any]
 ) -> dict[str, Any]:
@@ -530,7 +593,10 @@ def write_report(
         if run["summary"] and "eval/episodes" in run["summary"]:
             finals.setdefault(env, set()).add(int(run["summary"]["eval/episodes"]))
     meta = {**meta, "final_episodes": {env: sorted(v) for env, v in finals.items()}}
-    (out_dir / "table.md").write_text(table_markdown(suite, agg, meta, [p.name for p in pngs]))
+    tokens = equal_tokens_markdown(suite, runs)
+    (out_dir / "table.md").write_text(
+        table_markdown(suite, agg, meta, [p.name for p in pngs]) + "\n".join(tokens) + ("\n" if tokens else "")
+    )
     payload = {
         "suite": suite.name,
         "meta": meta,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.report import aggregate, read_run, table_markdown, write_report
+from benchmarks.report import aggregate, equal_tokens_markdown, read_run, table_markdown, write_report
 from benchmarks.run import execute, main, plan
 from benchmarks.suites import SUITES, EnvEntry, Suite, get_suite, register_suite
 from tests.conftest import needs
@@ -182,6 +182,40 @@ def test_write_report_writes_the_table_and_one_plot_per_env(tmp_path: Path) -> N
     assert payload["plots"] == ["curves_cartpole.png"] and (tmp_path / "table.md").exists()
     assert (tmp_path / "curves_cartpole.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "**grpo needs 2.00x the env steps of ppo** on CartPole-v1" in (tmp_path / "table.md").read_text()
+
+
+def test_text_runs_compare_at_equal_sampled_tokens(tmp_path: Path) -> None:
+    """Eval points carry the tokens sampled by then (the last ``rollout/sampled_tokens_total``
+    logged before them); the table reads each algorithm at the same token budgets."""
+    suite = Suite(
+        "tok",
+        "token axis",
+        [EnvEntry("chain_chat", "chain", eval_every=64, metric="eval/accuracy", metric_digits=2)],
+        algos=["grpo", "grpo_state"],
+        step_unit="completions",
+    )
+
+    def run(algo: str, seed: int, per_update: float, completions: int, accs: list[float]) -> None:
+        d = tmp_path / "runs" / "chain_chat" / algo / f"seed{seed}"
+        d.mkdir(parents=True)
+        lines: list[dict] = [{"step": 0, "eval/accuracy": accs[0], "time/wall_s": 0.0}]
+        for i, acc in enumerate(accs[1:], 1):
+            lines.append({"step": i * completions, "rollout/sampled_tokens_total": i * per_update})
+            lines.append({"step": i * completions, "eval/accuracy": acc, "time/wall_s": float(i)})
+        (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    run("grpo", 1, 1000.0, 64, [0.1, 0.2, 0.3, 0.4, 0.5])  # 4,000 tokens in all
+    run("grpo_state", 1, 2000.0, 192, [0.1, 0.4, 0.6])  # 4,000 tokens, longer updates
+    runs = {
+        (k.parent.parent.name, k.parent.name, 1): read_run(k, "eval/accuracy") for k in tmp_path.glob("runs/*/*/seed1")
+    }
+    assert [p["tokens"] for p in runs[("chain_chat", "grpo_state", 1)]["curve"]] == [0.0, 2000.0, 4000.0]
+    md = "\n".join(equal_tokens_markdown(suite, runs))
+    assert "| chain: algo | tokens / completion | 1,000 tokens | 2,000 tokens | 3,000 tokens | 4,000 tokens |" in md
+    assert "| grpo (n=1) | 15.6 | 0.20 [0.20, 0.20] | 0.30 [0.30, 0.30] | 0.40 [0.40, 0.40] | 0.50 [0.50, 0.50] |" in md
+    # state groups: nothing new until their first update's 2,000 tokens are spent
+    assert "| grpo_state (n=1) | 10.4 | 0.10 [0.10, 0.10] | 0.40 [0.40, 0.40] | 0.40 [0.40, 0.40] | 0.60" in md
+    assert equal_tokens_markdown(*_unit_runs(tmp_path / "rl")) == []  # runs without tokens: no table
 
 
 def test_suite_registry_and_plan_order(tmp_path: Path) -> None:

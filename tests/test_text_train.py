@@ -372,7 +372,7 @@ def test_state_groups_branch_train_and_count_branch_tokens(
     metrics = [json.loads(x) for x in (tmp_path / rule / "metrics.jsonl").read_text().splitlines()]
     rows = [m for m in metrics if "rollout/sampled_completions" in m]
     assert rows and s["updates"] == len(rows) >= 2
-    done = 0
+    done, tokens = 0, 0.0
     for m in rows:
         # 4 prompts x 4 completions, plus 2 continuations per branch point
         assert m["rollout/branch_points"] > 0
@@ -381,7 +381,9 @@ def test_state_groups_branch_train_and_count_branch_tokens(
         assert m["rollout/sampled_tokens"] == m["rollout/completion_tokens"] + m["rollout/branch_tokens"]
         assert m["rollout/branch_tokens"] >= m["rollout/branch_completions"]  # at least one token each
         done += int(m["rollout/sampled_completions"])
+        tokens += m["rollout/sampled_tokens"]
         assert m["step"] == done  # the curves' step counter counts the branches
+        assert m["rollout/sampled_tokens_total"] == tokens  # and the token axis counts theirs
     assert s["env_steps"] == done >= 96
     assert s["throughput/completions_per_s"] is not None and all("train/loss" in m for m in rows)
 

@@ -174,3 +174,54 @@ register_suite(
         **_VS_TRL,
     )
 )
+
+
+@register_runner("grpo_state")
+def _grpo_state(job: Job) -> list[str]:
+    """Our GRPO with state groups for text (``algo.group_mode=state``: branching from prefixes of
+    the sampled completions; the entry's overrides choose the branch rule and sizes)."""
+    return [*grpo_marl_command(job, "grpo"), "algo.group_mode=state"]
+
+
+#: State groups for text on chain_chat: branch at the two highest-entropy tokens of each sampled
+#: completion (the digits the policy was least sure of, in practice a step's result) and sample two
+#: continuations from each prefix, so every completion's two steps get a Monte-Carlo value.
+_BRANCH = ["text.branch_rule=entropy", "text.branch_points=2", "text.branch_size=2"]
+register_suite(
+    Suite(
+        name="text_chain",
+        description=(
+            "A task where credit inside the completion matters: chain_chat (a + b - c with the steps written "
+            "out, SmolLM2-135M-Instruct, full fine-tuning, float32, 2-core CPU). Our GRPO with prompt groups "
+            "(grpo) vs state groups for text (grpo_state: branching from prefixes of sampled completions, "
+            "continuations counted as completions and their tokens as sampled tokens), the same defaults "
+            "otherwise; compared at equal sampled tokens; greedy accuracy on 100 held-out prompts"
+        ),
+        algos=["grpo", "grpo_state"],
+        envs=[
+            EnvEntry(
+                "chain_chat",
+                "chain_chat (SmolLM2-135M-Instruct)",
+                eval_every=320,
+                # about equal sampled tokens: a continuation is about half a completion's length
+                total_steps={"grpo": 1920, "grpo_state": 5760},
+                threshold=0.5,
+                overrides={
+                    "grpo": ["eval.at_start=true", "threads=1"],
+                    "grpo_state": [*_BRANCH, "eval.at_start=true", "threads=1"],
+                },
+                metric="eval/accuracy",
+                metric_digits=2,
+                smoke_steps=128,
+                smoke_eval_every=64,
+            ),
+        ],
+        target="grpo_state",
+        references=["grpo"],
+        references_label="prompt groups",
+        needs=_CHAT_NEEDS,
+        eval_episodes=100,
+        eval_unit="prompts",
+        step_unit="completions",
+    )
+)

@@ -213,6 +213,7 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
         # Running per-prompt accuracy of the sampled completions (prompt_sampling=hard).
         self._prompt_acc = np.zeros(len(self.train_set), dtype=np.float64)
         self.completions = 0
+        self.sampled_tokens = 0.0  # every token sampled for training, branches included (curves vs tokens)
         self.updates = 0
         self.run_dir: Path | None = None
         self.logger: RunLogger | None = None
@@ -385,6 +386,7 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
         # Every sampled completion counts, branch continuations included: env steps (total_steps,
         # the curves' x axis), time/sps and the throughput figures are honest about the cost.
         self.completions += sampled
+        self.sampled_tokens += sampled_tokens
         self._timed_completions += sampled
         self._timed_tokens += sampled_tokens
         metrics: dict[str, float] = {
@@ -397,6 +399,7 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
             "rollout/completion_tokens": float(lengths.sum()),
             "rollout/sampled_completions": float(sampled),
             "rollout/sampled_tokens": sampled_tokens,
+            "rollout/sampled_tokens_total": self.sampled_tokens,
             "time/generate_s": t_gen - t0,
             "time/score_s": t_score - t_gen,
             "time/completions_per_s_generate": b / max(t_gen - t0, 1e-9),
@@ -587,6 +590,7 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
             "prompt_acc": self._prompt_acc.copy(),
             "pos": self._pos,
             "completions": self.completions,
+            "sampled_tokens": self.sampled_tokens,
             "updates": self.updates,
         }
 
@@ -598,6 +602,7 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
         if "prompt_acc" in state:
             self._prompt_acc = np.asarray(state["prompt_acc"], dtype=np.float64)
         self.completions = int(state["completions"])
+        self.sampled_tokens = float(state.get("sampled_tokens", 0.0))
         self.updates = int(state["updates"])
 
     def finish(self, run_dir: Path, is_main: bool) -> dict[str, Any]:
