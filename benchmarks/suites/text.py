@@ -183,19 +183,28 @@ def _grpo_state(job: Job) -> list[str]:
     return [*grpo_marl_command(job, "grpo"), "algo.group_mode=state"]
 
 
-#: State groups for text on chain_chat: branch at the two highest-entropy tokens of each sampled
-#: completion (the digits the policy was least sure of, in practice a step's result) and sample two
-#: continuations from each prefix, so every completion's two steps get a Monte-Carlo value.
-_BRANCH = ["text.branch_rule=entropy", "text.branch_points=2", "text.branch_size=2"]
+#: State groups for text on chain_chat at the prompt groups' token cost per update: 8 prompts x 4
+#: completions (instead of 8 x 8), each branched once at its highest-entropy token (the digit the
+#: policy was least sure of, in practice a step's result) into 2 continuations. A continuation is
+#: about half a completion long, so an update samples about as many tokens as 8 x 8 without
+#: branches (~1,900), and 30 updates are 2,880 completions against 1,920.
+_BRANCH = [
+    "algo.group_size=4",
+    "text.branch_rule=entropy",
+    "text.branch_points=1",
+    "text.branch_size=2",
+]
 register_suite(
     Suite(
         name="text_chain",
         description=(
             "A task where credit inside the completion matters: chain_chat (a + b - c with the steps written "
             "out, SmolLM2-135M-Instruct, full fine-tuning, float32, 2-core CPU). Our GRPO with prompt groups "
-            "(grpo) vs state groups for text (grpo_state: branching from prefixes of sampled completions, "
-            "continuations counted as completions and their tokens as sampled tokens), the same defaults "
-            "otherwise; compared at equal sampled tokens; greedy accuracy on 100 held-out prompts"
+            "(grpo, 8 prompts x 8 completions) vs state groups for text (grpo_state, 8 prompts x 4 completions, "
+            "each branched once at its highest-entropy token into 2 continuations: about the same sampled "
+            "tokens per update; continuations counted as completions and their tokens as sampled tokens), "
+            "arith_chat's defaults otherwise, 30 updates each; compared at equal sampled tokens; greedy "
+            "accuracy on 100 held-out prompts"
         ),
         algos=["grpo", "grpo_state"],
         envs=[
@@ -203,8 +212,8 @@ register_suite(
                 "chain_chat",
                 "chain_chat (SmolLM2-135M-Instruct)",
                 eval_every=320,
-                # about equal sampled tokens: a continuation is about half a completion's length
-                total_steps={"grpo": 1920, "grpo_state": 5760},
+                # 30 updates each, about equal sampled tokens (see _BRANCH)
+                total_steps={"grpo": 1920, "grpo_state": 2880},
                 threshold=0.5,
                 overrides={
                     "grpo": ["eval.at_start=true", "threads=1"],
