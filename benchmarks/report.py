@@ -543,9 +543,10 @@ def equal_tokens_markdown(suite: Suite, runs: dict[tuple[str, str, int], dict[st
         mine = {k: r["curve"] for k, r in runs.items() if k[0] == entry.env and r["curve"]}
         if not mine or not all("tokens" in p for c in mine.values() for p in c):
             continue
-        budget = min(c[-1]["tokens"] for c in mine.values())
-        if budget <= 0:
+        mine = {k: c for k, c in mine.items() if c[-1]["tokens"] > 0}  # not a run only evaluated at its start
+        if not mine:
             continue
+        budget = min(c[-1]["tokens"] for c in mine.values())
         marks = [budget * f for f in (0.25, 0.5, 0.75, 1.0)]
         if not lines:
             lines += [

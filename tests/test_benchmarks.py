@@ -206,8 +206,10 @@ def test_text_runs_compare_at_equal_sampled_tokens(tmp_path: Path) -> None:
 
     run("grpo", 1, 1000.0, 64, [0.1, 0.2, 0.3, 0.4, 0.5])  # 4,000 tokens in all
     run("grpo_state", 1, 2000.0, 192, [0.1, 0.4, 0.6])  # 4,000 tokens, longer updates
+    run("grpo_state", 2, 2000.0, 192, [0.1])  # just started: only its at-start evaluation, left out
     runs = {
-        (k.parent.parent.name, k.parent.name, 1): read_run(k, "eval/accuracy") for k in tmp_path.glob("runs/*/*/seed1")
+        (k.parent.parent.name, k.parent.name, int(k.name[4:])): read_run(k, "eval/accuracy")
+        for k in tmp_path.glob("runs/*/*/seed*")
     }
     assert [p["tokens"] for p in runs[("chain_chat", "grpo_state", 1)]["curve"]] == [0.0, 2000.0, 4000.0]
     md = "\n".join(equal_tokens_markdown(suite, runs))
