@@ -76,11 +76,11 @@ def test_trains_on_a_tiny_chat_model_with_prompt_and_state_groups(
     train: Callable[..., dict], tmp_path: Path, mode: str
 ) -> None:
     require("gguf", "transformers", "tokenizers", "accelerate", extra="text")
-    from tests.gguf_helpers import byte_level_vocab, tiny_llama, write_llama_gguf
+    from tests.gguf_helpers import write_tiny_gguf
 
-    model = tiny_llama(len(byte_level_vocab()[0]))
-    model.config.max_position_embeddings = 1024  # template + two solved turns + the question
-    path = write_llama_gguf(model, tmp_path / "tiny-chat.gguf")
+    path = write_tiny_gguf(
+        tmp_path / "tiny-chat.gguf", max_positions=1024
+    )  # template + two solved turns + the question
     s = train(
         tmp_path / "run",
         "env=chain_chat",

@@ -57,11 +57,11 @@ def test_stated_roots_rewards(reply: str, roots: Any, credit: float, exact: floa
 
 def test_trains_on_a_tiny_chat_model_through_model_path(train: Callable[..., dict], tmp_path: Path) -> None:
     require("gguf", "transformers", "tokenizers", "accelerate", extra="text")
-    from tests.gguf_helpers import byte_level_vocab, tiny_llama, write_llama_gguf
+    from tests.gguf_helpers import write_tiny_gguf
 
-    model = tiny_llama(len(byte_level_vocab()[0]))
-    model.config.max_position_embeddings = 512  # prompt: template + a solved turn + the question
-    path = write_llama_gguf(model, tmp_path / "tiny-chat.gguf")
+    path = write_tiny_gguf(
+        tmp_path / "tiny-chat.gguf", max_positions=512
+    )  # prompt: template + a solved turn + the question
     s = train(
         tmp_path / "run",
         "env=quadratic_chat",

@@ -396,11 +396,11 @@ def chain_chat_task(
     ``+`` or ``-``; ``"+-"``: ``a + b - c``). Distinct term tuples are drawn with ``split_seed``:
     the first ``n_eval`` are held out and the next ``n_train`` train. ``examples`` (term tuples
     with the same ``ops``) are shown first as solved turns in the worked format: without them
-    SmolLM2-135M-Instruct writes a prose derivation that does not end within the budget (0/32
-    greedy right in 48 tokens); with the two defaults it writes the steps in the format and gets
-    about 1 in 12 right (4/48 greedy, 3/48 sampled at temperature 1, 32 new tokens), most often
-    losing the chain at a wrong first sum or a miscopied number. A held-out tuple as an example
-    is an error.
+    SmolLM2-135M-Instruct tends to start a prose derivation that does not reach the answer within
+    the budget; with the two defaults it writes the steps in the format and gets 0.12 of the
+    held-out problems right (greedy, 32 new tokens: the ``eval.at_start`` evaluation of
+    ``python -m benchmarks.run --suite text_chain``), most often losing the chain at a wrong first
+    sum or a miscopied number. A held-out tuple as an example is an error.
 
     Reward: 1 when the last integer of the reply is the result (``last_int_match``, also the
     accuracy). ``chain_steps`` (the fraction of written steps that are right) is logged at weight
