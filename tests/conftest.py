@@ -33,6 +33,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# Under pytest-xdist (pyproject's ``-n auto``) each worker gets its share of the cores, and so do
+# the trainer subprocesses it starts (torch reads OMP_NUM_THREADS): without this, every worker's
+# torch would take all cores and the workers would slow each other down.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _SHARE = max(1, (os.cpu_count() or 1) // _WORKERS)
+    torch.set_num_threads(_SHARE)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_SHARE))
+
 
 #: A tiny Llama for text runs (the model config's smallest sizes that still have two heads).
 TINY_LM = ("model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64")

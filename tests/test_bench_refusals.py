@@ -105,7 +105,17 @@ def test_marl_extra_names_its_env_packages(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_every_runner_and_suite_need_is_a_known_package() -> None:
     """What ``check_packages`` names is what pip installs (``PACKAGE_OF``), for every suite."""
-    for name in ("classic", "marl", "marl_extra", "text", "text_chat", "text_chat_gpu", "text_chain", "vmas"):
+    for name in (
+        "classic",
+        "marl",
+        "marl_extra",
+        "text",
+        "text_chat",
+        "text_chat_gpu",
+        "text_chain",
+        "text_chat_equal",
+        "vmas",
+    ):
         suite = get_suite(name)
         assert set(suite.needs) <= set(runners.PACKAGE_OF), name
         for algo in suite.algos:
