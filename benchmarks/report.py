@@ -532,54 +532,91 @@ def plot_curves(
     return paths
 
 
-def equal_tokens_markdown(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]]) -> list[str]:
-    """Lines of a table of each algorithm's greedy metric at equal sampled tokens, for envs whose
-    runs all count tokens (ours on text): the last evaluation at or before each of four budgets up
-    to the smallest total any run sampled, median over seeds (not interpolated: what the policy had
-    reached with that many tokens). Empty when no env qualifies."""
+def _budget_cells(curves: list[list[dict[str, float]]], axis: str, marks: list[float], key: str, d: int) -> list[str]:
+    """One cell per budget: the median [min, max] over seeds of ``key`` at the last evaluation at
+    or before the budget on ``axis`` (not interpolated: what the policy had reached by then). ``-``
+    where a run had no evaluation by then; ``*`` after a cell where a run had already ended (its
+    final evaluation stands in for a budget it did not spend)."""
+    cells = []
+    for m in marks:
+        seen = [[p for p in c if p[axis] <= m] for c in curves]
+        vals = [max(ps, key=lambda p: p[axis])[key] for ps in seen if ps]
+        if len(vals) < len(curves):  # a run without an evaluation by then (no eval.at_start)
+            cells.append("-")
+            continue
+        ended = "*" if any(c[-1][axis] < m for c in curves) else ""
+        cells.append(f"{np.median(vals):.{d}f} [{min(vals):.{d}f}, {max(vals):.{d}f}]{ended}")
+    return cells
+
+
+#: ``EnvEntry.compare_at`` axes: a point's key and how a budget on it is written
+_AXES: dict[str, tuple[str, Any]] = {
+    "step": ("step", lambda m, unit: f"{m:,.0f} {unit}"),
+    "wall_s": ("wall_s", lambda m, unit: f"{m / 60:g} min"),
+}
+
+
+def equal_budget_markdown(suite: Suite, runs: dict[tuple[str, str, int], dict[str, Any]]) -> list[str]:
+    """Lines of the tables that read every algorithm at the same budgets, median over seeds.
+
+    * **Sampled tokens**, for envs whose runs all count tokens (ours on text): four budgets, the
+      quarters of the smallest total any run of the env sampled, and each algorithm's tokens per
+      step (the runs' totals divided).
+    * Each axis of the entry's ``compare_at`` (``step``: env steps, e.g. every evaluation point;
+      ``wall_s``: wall seconds, evaluations included), at the budgets it lists.
+
+    Empty when no env asks for one."""
     lines: list[str] = []
+    unit = suite.step_unit.rstrip("s")
     for entry in suite.envs:
         key, d = metric_key(entry.metric), entry.metric_digits
         mine = {k: r["curve"] for k, r in runs.items() if k[0] == entry.env and r["curve"]}
-        if not mine or not all("tokens" in p for c in mine.values() for p in c):
-            continue
-        mine = {k: c for k, c in mine.items() if c[-1]["tokens"] > 0}  # not a run only evaluated at its start
         if not mine:
             continue
-        budget = min(c[-1]["tokens"] for c in mine.values())
-        marks = [budget * f for f in (0.25, 0.5, 0.75, 1.0)]
-        if not lines:
+        tables: list[tuple[str, str, list[float], list[str]]] = []  # (axis, heading, budgets, labels)
+        counted = all("tokens" in p for c in mine.values() for p in c)
+        spent = {k: c for k, c in mine.items() if counted and c[-1]["tokens"] > 0}  # not only evaluated at start
+        if spent:
+            budget = min(c[-1]["tokens"] for c in spent.values())
+            marks = [budget * f for f in (0.25, 0.5, 0.75, 1.0)]
+            tables.append(("tokens", "sampled tokens", marks, [f"{m:,.0f} tokens" for m in marks]))
+        for axis, marks_at in entry.compare_at.items():
+            name = "wall-clock time" if axis == "wall_s" else suite.step_unit
+            tables.append((axis, name, list(marks_at), [_AXES[axis][1](m, suite.step_unit) for m in marks_at]))
+        for axis, heading, marks, labels in tables:
+            pool = spent if axis == "tokens" else mine
+            lines += ["", f"## {entry.label} at equal {heading}", ""]
+            if axis == "tokens":
+                lines.append(
+                    f"Greedy {key} of the last evaluation at or before each budget of sampled tokens (every "
+                    "token sampled for training, branch continuations included), median over seeds [min, max]; "
+                    "budgets: quarters of the smallest total any run of the env sampled. Tokens per "
+                    f"{unit}: the runs' totals divided (median over seeds)."
+                )
+            else:
+                what = "wall seconds, evaluations included" if axis == "wall_s" else suite.step_unit
+                lines.append(
+                    f"Greedy {key} of the last evaluation at or before each budget ({what}), median over seeds "
+                    "[min, max]. `*`: at least one run had ended before that budget (its final evaluation "
+                    "is shown)."
+                )
+            extra = f" tokens / {unit} |" if axis == "tokens" else ""
             lines += [
                 "",
-                "## At equal sampled tokens",
-                "",
-                f"Greedy {key} of the last evaluation at or before each budget of sampled tokens (every "
-                "token sampled for training, branch continuations included), median over seeds [min, max]; "
-                "budgets: quarters of the smallest total any run of the env sampled. Tokens per "
-                f"{suite.step_unit.rstrip('s')}: the runs' totals divided (median over seeds).",
-                "",
+                f"| algo |{extra} " + " | ".join(labels) + " |",
+                "|---|" + ("---:|" if extra else "") + "---:|" * len(marks),
             ]
-        lines += [
-            f"| {entry.label}: algo | tokens / {suite.step_unit.rstrip('s')} | "
-            + " | ".join(f"{m:,.0f} tokens" for m in marks)
-            + " |",
-            "|---|---:|" + "---:|" * len(marks),
-        ]
-        for algo in suite.algos:
-            curves = [c for k, c in sorted(mine.items()) if k[1] == algo]
-            if not curves:
-                continue
-            per_step = float(np.median([c[-1]["tokens"] / c[-1]["step"] for c in curves if c[-1]["step"]]))
-            cells = []
-            for m in marks:
-                seen = [[p for p in c if p["tokens"] <= m] for c in curves]
-                vals = [max(ps, key=lambda p: p["tokens"])[key] for ps in seen if ps]
-                if len(vals) < len(curves):  # a run without an evaluation by then (no eval.at_start)
-                    cells.append("-")
+            for algo in suite.algos:
+                curves = [c for k, c in sorted(pool.items()) if k[1] == algo]
+                if not curves:
                     continue
-                cells.append(f"{np.median(vals):.{d}f} [{min(vals):.{d}f}, {max(vals):.{d}f}]")
-            lines.append(f"| {algo} (n={len(curves)}) | {per_step:.1f} | " + " | ".join(cells) + " |")
-        lines.append("")
+                lead = f"| {algo} (n={len(curves)}) |"
+                if axis == "tokens":
+                    per_step = float(np.median([c[-1]["tokens"] / c[-1]["step"] for c in curves if c[-1]["step"]]))
+                    lead += f" {per_step:.1f} |"
+                lines.append(lead + " " + " | ".join(_budget_cells(curves, axis, marks, key, d)) + " |")
+        if tables:
+            lines.append("")
     return lines
 
 
@@ -594,7 +631,7 @@ def write_report(
         if run["summary"] and "eval/episodes" in run["summary"]:
             finals.setdefault(env, set()).add(int(run["summary"]["eval/episodes"]))
     meta = {**meta, "final_episodes": {env: sorted(v) for env, v in finals.items()}}
-    tokens = equal_tokens_markdown(suite, runs)
+    tokens = equal_budget_markdown(suite, runs)
     (out_dir / "table.md").write_text(
         table_markdown(suite, agg, meta, [p.name for p in pngs]) + "\n".join(tokens) + ("\n" if tokens else "")
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.report import aggregate, equal_tokens_markdown, read_run, table_markdown, write_report
+from benchmarks.report import aggregate, equal_budget_markdown, read_run, table_markdown, write_report
 from benchmarks.run import execute, main, plan
 from benchmarks.suites import SUITES, EnvEntry, Suite, get_suite, register_suite
 from tests.conftest import needs
@@ -212,12 +212,33 @@ def test_text_runs_compare_at_equal_sampled_tokens(tmp_path: Path) -> None:
         for k in tmp_path.glob("runs/*/*/seed*")
     }
     assert [p["tokens"] for p in runs[("chain_chat", "grpo_state", 1)]["curve"]] == [0.0, 2000.0, 4000.0]
-    md = "\n".join(equal_tokens_markdown(suite, runs))
-    assert "| chain: algo | tokens / completion | 1,000 tokens | 2,000 tokens | 3,000 tokens | 4,000 tokens |" in md
+    md = "\n".join(equal_budget_markdown(suite, runs))
+    assert "## chain at equal sampled tokens" in md
+    assert "| algo | tokens / completion | 1,000 tokens | 2,000 tokens | 3,000 tokens | 4,000 tokens |" in md
     assert "| grpo (n=1) | 15.6 | 0.20 [0.20, 0.20] | 0.30 [0.30, 0.30] | 0.40 [0.40, 0.40] | 0.50 [0.50, 0.50] |" in md
     # state groups: nothing new until their first update's 2,000 tokens are spent
     assert "| grpo_state (n=1) | 10.4 | 0.10 [0.10, 0.10] | 0.40 [0.40, 0.40] | 0.40 [0.40, 0.40] | 0.60" in md
-    assert equal_tokens_markdown(*_unit_runs(tmp_path / "rl")) == []  # runs without tokens: no table
+    assert equal_budget_markdown(*_unit_runs(tmp_path / "rl")) == []  # runs without tokens: no table
+
+
+def test_compare_at_reads_every_algorithm_at_equal_steps_and_wall_seconds(tmp_path: Path) -> None:
+    """``EnvEntry.compare_at``: the last evaluation at or before each budget, median [min, max]
+    over seeds; ``*`` where a run had ended before the budget, ``-`` where one had no evaluation."""
+    suite, runs = _unit_runs(tmp_path)
+    entry = EnvEntry(
+        "cartpole", "CartPole-v1", eval_every=100, compare_at={"step": (1000, 2000, 4000), "wall_s": (60, 180)}
+    )
+    md = "\n".join(equal_budget_markdown(Suite("unit", "u", [entry], algos=suite.algos), runs))
+    assert "## CartPole-v1 at equal env steps" in md and "## CartPole-v1 at equal wall-clock time" in md
+    assert "| algo | 1,000 env steps | 2,000 env steps | 4,000 env steps |" in md
+    # grpo seeds' returns at 1,000 / 2,000 / 4,000 steps: (100, 480, 480*), (-, 100, 490), (-, 100, 200)
+    assert "| grpo (n=3) | - | 100.0 [100.0, 480.0] | 480.0 [200.0, 490.0]* |" in md
+    assert "| ppo (n=2) | 290.0 [100.0, 480.0] | 300.0 [100.0, 500.0] | 500.0 [500.0, 500.0]* |" in md
+    # wall seconds: grpo's points at 1-3 s, ppo's at 4-12 s, so 1 min and 3 min are after every run ended
+    assert "| algo | 1 min | 3 min |" in md
+    assert "| sb3_ppo (n=1) | 100.0 [100.0, 100.0]* | 100.0 [100.0, 100.0]* |" in md
+    with pytest.raises(ValueError, match="compare_at axes \\['tokens'\\] unknown"):
+        EnvEntry("cartpole", "CP", 100, compare_at={"tokens": (1.0,)})
 
 
 def test_suite_registry_and_plan_order(tmp_path: Path) -> None:

@@ -32,6 +32,9 @@ class EnvEntry:
         metric_digits: decimals of that metric in the table.
         final_episodes: episodes of each run's final greedy evaluation (``eval.final_episodes``;
             None = the suite's ``eval_episodes``, as the periodic ones); ignored by ``--smoke``.
+        compare_at: extra tables that read every algorithm at the same budgets, by axis: ``step``
+            (env steps, e.g. every evaluation point) or ``wall_s`` (wall seconds), each with its
+            budgets (``benchmarks.report.equal_budget_markdown``).
     """
 
     env: str
@@ -45,6 +48,12 @@ class EnvEntry:
     metric: str = "eval/return_mean"
     final_episodes: int | None = None
     metric_digits: int = 1
+    compare_at: dict[str, tuple[float, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        bad = sorted(set(self.compare_at) - {"step", "wall_s"})
+        if bad:
+            raise ValueError(f"EnvEntry {self.env!r}: compare_at axes {bad} unknown; valid: step, wall_s")
 
 
 @dataclass
