@@ -114,6 +114,7 @@ def test_every_runner_and_suite_need_is_a_known_package() -> None:
         "text_chat_gpu",
         "text_chain",
         "text_chat_equal",
+        "text_chat_ablate",
         "vmas",
     ):
         suite = get_suite(name)
