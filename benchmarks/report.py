@@ -549,10 +549,10 @@ def _budget_cells(curves: list[list[dict[str, float]]], axis: str, marks: list[f
     return cells
 
 
-#: ``EnvEntry.compare_at`` axes: a point's key and how a budget on it is written
-_AXES: dict[str, tuple[str, Any]] = {
-    "step": ("step", lambda m, unit: f"{m:,.0f} {unit}"),
-    "wall_s": ("wall_s", lambda m, unit: f"{m / 60:g} min"),
+#: ``EnvEntry.compare_at`` axes (a curve point's key) and how a budget on each is written
+_AXIS_LABEL: dict[str, Any] = {
+    "step": lambda m, unit: f"{m:,.0f} {unit}",
+    "wall_s": lambda m, unit: f"{m / 60:g} min",
 }
 
 
@@ -582,7 +582,7 @@ def equal_budget_markdown(suite: Suite, runs: dict[tuple[str, str, int], dict[st
             tables.append(("tokens", "sampled tokens", marks, [f"{m:,.0f} tokens" for m in marks]))
         for axis, marks_at in entry.compare_at.items():
             name = "wall-clock time" if axis == "wall_s" else suite.step_unit
-            tables.append((axis, name, list(marks_at), [_AXES[axis][1](m, suite.step_unit) for m in marks_at]))
+            tables.append((axis, name, list(marks_at), [_AXIS_LABEL[axis](m, suite.step_unit) for m in marks_at]))
         for axis, heading, marks, labels in tables:
             pool = spent if axis == "tokens" else mine
             lines += ["", f"## {entry.label} at equal {heading}", ""]
