@@ -603,6 +603,11 @@ class TextSettings(Section):
     branch_size: int = Int(
         4, "algo.group_mode=state: continuations sampled from each branch point's prefix (its value estimate)", gt=0
     )
+    branch_train: bool = Bool(
+        False, "algo.group_mode=state: train on the continuations too (each a member of its prompt's group, its "
+        "tokens after the branch point credited with its return minus the prefix's value), not only use them as "
+        "value estimates",
+    )  # fmt: skip
 
 
 # -- the top level -----------------------------------------------------------------------------------

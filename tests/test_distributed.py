@@ -207,14 +207,16 @@ def test_torchrun_text_micro_batches_keep_ranks_identical(tmp_path: Path) -> Non
 
 
 @needs("transformers", "tokenizers", extra="text")
-def test_torchrun_text_state_groups_keep_ranks_identical(tmp_path: Path) -> None:
+@pytest.mark.parametrize("branch_train", [False, True])
+def test_torchrun_text_state_groups_keep_ranks_identical(tmp_path: Path, branch_train: bool) -> None:
     """Text state groups on 2 ranks: each rank branches its own completions (a different number
-    of continuations per rank), the env steps add them up, and the ranks' weights stay identical."""
+    of continuations per rank), the env steps add them up, and the ranks' weights stay identical,
+    with the continuations as value estimates only and trained on (``text.branch_train``)."""
     work, hashes = tmp_path / "work", tmp_path / "hashes"
     work.mkdir()
     proc = torchrun(
         "env=arithmetic", "algo.group_mode=state", "text.branch_size=2", "algo.num_groups=4", "algo.group_size=4",
-        "algo.minibatches=2", "algo.zero_std=keep", "total_steps=160", "eval.episodes=4", "text.eval_prompts=4",
+        f"text.branch_train={branch_train}", "algo.minibatches=2", "algo.zero_std=keep", "total_steps=160", "eval.episodes=4", "text.eval_prompts=4",
         "log.tensorboard=false", "model.save=false", f"hydra.run.dir={work / 'run'}",
         cwd=work, hash_dir=hashes,
     )  # fmt: skip

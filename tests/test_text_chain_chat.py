@@ -71,7 +71,7 @@ def test_final_number_reward_and_logged_step_credit(reply: str, steps: float, ri
     assert REWARDS["last_int_match"](*args) == [right]
 
 
-@pytest.mark.parametrize("mode", ["seed", "state"])
+@pytest.mark.parametrize("mode", ["seed", "state", "state_train"])
 def test_trains_on_a_tiny_chat_model_with_prompt_and_state_groups(
     train: Callable[..., dict], tmp_path: Path, mode: str
 ) -> None:
@@ -90,7 +90,8 @@ def test_trains_on_a_tiny_chat_model_with_prompt_and_state_groups(
         "algo.num_groups=2",
         "algo.group_size=4",
         "algo.minibatches=1",
-        f"algo.group_mode={mode}",
+        f"algo.group_mode={mode.split('_')[0]}",
+        f"text.branch_train={mode == 'state_train'}",
         "text.branch_points=1",
         "text.branch_size=2",
         "text.eval_prompts=4",
@@ -109,3 +110,5 @@ def test_trains_on_a_tiny_chat_model_with_prompt_and_state_groups(
         branched = sum(r["rollout/branch_completions"] for r in updates)
         assert branched > 0 and s["env_steps"] == 8 * len(updates) + branched  # 2 prompts x 4 per update
         assert all(r["rollout/sampled_tokens"] >= r["rollout/branch_tokens"] > 0 for r in updates)
+        if mode == "state_train":  # the continuations are trained rows too
+            assert all(r["rollout/trained_rows"] == 8 + r["rollout/branch_completions"] for r in updates)

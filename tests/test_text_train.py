@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -386,6 +387,74 @@ def test_state_groups_branch_train_and_count_branch_tokens(
         assert m["rollout/sampled_tokens_total"] == tokens  # and the token axis counts theirs
     assert s["env_steps"] == done >= 96
     assert s["throughput/completions_per_s"] is not None and all("train/loss" in m for m in rows)
+
+
+@text_extra
+def test_branch_train_makes_continuations_trained_members_of_their_prompt_group(
+    resolve: Callable[[list[str]], Any], train: Callable[..., dict], tmp_path: Path
+) -> None:
+    """text.branch_train=true: each group holds its G completions, then a slot per continuation;
+    a continuation's row is its prompt + prefix + own tokens, only its own tokens are trained, its
+    old log-probs are the policy's, and its segment advantage is its return minus its prefix's
+    value, so one prefix's continuations are credited against each other (they sum to 0)."""
+    from grpo_marl.advantages import branched_advantages
+    from grpo_marl.registry import get_spec
+    from grpo_marl.tasks.text import TextTask
+
+    state = ["algo.group_mode=state", "text.branch_rule=every", "text.branch_points=1", "text.branch_size=2"]
+    cfg = resolve(["env=arithmetic", *FAST, *state, "text.branch_every=1", "text.branch_train=true"])
+    task = TextTask(cfg, get_spec("arithmetic"), torch.device("cpu"))
+    batch = task.collect(task.policy)
+    g, k, width = 4, 2, 4 + 4 * 1 * 2
+    assert batch.group_size == width and batch.num_groups == 4
+    d, m = batch.data, batch.metrics
+    n_cont = int(m["rollout/branch_completions"])
+    assert n_cont == k * int(m["rollout/branch_points"]) > 0
+    assert m["rollout/trained_rows"] == 16 + n_cont
+    pw = task.prompt_width
+    grouped = {key: batch.grouped(key) for key in ("input_ids", "mask", "completion_mask", "rewards", "branch_mask")}
+    adv = branched_advantages(
+        grouped["rewards"], grouped["mask"], grouped["branch_mask"], batch.grouped("branch_value"),
+        scale="none", credit="replace",
+    )  # fmt: skip
+    seen = 0
+    for gi in range(4):
+        origs = grouped["input_ids"][gi, :g]
+        for j in range(g, width):
+            own = grouped["mask"][gi, j]
+            if not bool(own.any()):  # an unfilled slot: nothing to train
+                assert (
+                    not bool(grouped["branch_mask"][gi, j].any()) and float(grouped["rewards"][gi, j].abs().sum()) == 0
+                )
+                continue
+            seen += 1
+            start = int(grouped["branch_mask"][gi, j].nonzero()[0])
+            assert start == 1 and own.nonzero().flatten().tolist() == list(
+                range(1, int(grouped["completion_mask"][gi, j].sum()))
+            )
+            row = grouped["input_ids"][gi, j]
+            src = [i for i in range(g) if torch.equal(origs[i, : pw + start], row[: pw + start])]
+            assert src, "a continuation starts with its prompt and a prefix of one of its group's completions"
+            r = float(grouped["rewards"][gi, j].sum())
+            value = float(batch.grouped("branch_value")[gi, j, start])
+            torch.testing.assert_close(adv[gi, j][own], torch.full((int(own.sum()),), r - value))
+        # the continuations of one prefix (consecutive slots) sum to 0: credited against each other
+        for a in range(g, width, k):
+            if bool(grouped["mask"][gi, a].any()):
+                first = adv[gi, a][grouped["mask"][gi, a]][0] + adv[gi, a + 1][grouped["mask"][gi, a + 1]][0]
+                assert abs(float(first)) < 1e-6
+    assert seen == n_cont
+    # the old log-probs of the continuation tokens are the policy's own (ratio 1 before the update)
+    logp, _ = task.log_prob(task.policy, d, need_entropy=False)
+    torch.testing.assert_close(logp[d["mask"]], d["logp"][d["mask"]], atol=1e-4, rtol=1e-4)
+    task.close()
+    s = train(
+        tmp_path / "run", "env=arithmetic", *FAST, *state, "text.branch_train=true", "total_steps=96", "log.every=1"
+    )
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if "rollout/trained_rows" in r]
+    assert trained and all(r["rollout/trained_rows"] == 16 + r["rollout/branch_completions"] for r in trained)
+    assert s["updates"] == len(trained) and all(math.isfinite(r["train/loss"]) for r in trained)
 
 
 @text_extra

@@ -277,6 +277,13 @@ def _grpo_state(job: Job) -> list[str]:
     return [*grpo_marl_command(job, "grpo"), "algo.group_mode=state"]
 
 
+@register_runner("grpo_state_train")
+def _grpo_state_train(job: Job) -> list[str]:
+    """:func:`_grpo_state` that also trains on the continuations (``text.branch_train=true``):
+    the tokens spent on branches feed the gradient, not only the prefixes' value estimates."""
+    return [*_grpo_state(job), "text.branch_train=true"]
+
+
 #: State groups for text on chain_chat at the prompt groups' token cost per update: 8 prompts x 4
 #: completions (instead of 8 x 8), each branched once at its highest-entropy token (the digit the
 #: policy was least sure of, in practice a step's result) into 2 continuations. A continuation is
@@ -296,22 +303,24 @@ register_suite(
             "out, SmolLM2-135M-Instruct, full fine-tuning, float32, 2-core CPU). Our GRPO with prompt groups "
             "(grpo, 8 prompts x 8 completions) vs state groups for text (grpo_state, 8 prompts x 4 completions, "
             "each branched once at its highest-entropy token into 2 continuations: about the same sampled "
-            "tokens per update; continuations counted as completions and their tokens as sampled tokens), "
+            "tokens per update; continuations counted as completions and their tokens as sampled tokens; "
+            "grpo_state_train: the same, trained on the continuations too), "
             "arith_chat's defaults otherwise, 30 updates each; compared at equal sampled tokens; greedy "
             "accuracy on 100 held-out prompts"
         ),
-        algos=["grpo", "grpo_state"],
+        algos=["grpo", "grpo_state", "grpo_state_train"],
         envs=[
             EnvEntry(
                 "chain_chat",
                 "chain_chat (SmolLM2-135M-Instruct)",
                 eval_every=320,
                 # 30 updates each, about equal sampled tokens (see _BRANCH)
-                total_steps={"grpo": 1920, "grpo_state": 2880},
+                total_steps={"grpo": 1920, "grpo_state": 2880, "grpo_state_train": 2880},
                 threshold=0.5,
                 overrides={
                     "grpo": ["eval.at_start=true", "threads=1"],
                     "grpo_state": [*_BRANCH, "eval.at_start=true", "threads=1"],
+                    "grpo_state_train": [*_BRANCH, "eval.at_start=true", "threads=1"],
                 },
                 metric="eval/accuracy",
                 metric_digits=2,

@@ -170,6 +170,7 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
         self.branch_rule = str(t.branch_rule)
         self.branch_points = int(t.branch_points)
         self.branch_size = int(t.branch_size)
+        self.branch_train = self.branching and bool(t.branch_train)
         self.policy = build_policy(cfg, self.text_task.alphabet, device)
         # Render (chat template) and tokenize every prompt once; batches slice these tensors.
         tok = self.policy.tokenizer
@@ -376,13 +377,17 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
         lengths = cm.sum(1).float()
         sampled, sampled_tokens = b, float(lengths.sum())
         branch_metrics: dict[str, float] = {}
+        group_rows = self.group_size
         if branches is not None:
-            bmask, bvalue, branch_metrics = branches
+            bmask, bvalue, branch_metrics, cont = branches
             data["branch_mask"] = widen_t(bmask.long()).bool() & data["mask"]
             data["branch_value"] = widen_t(bvalue)
             sampled += int(branch_metrics["rollout/branch_completions"])
             sampled_tokens += branch_metrics["rollout/branch_tokens"]
             branch_metrics["time/branch_s"] = t_branch - t_score
+            if self.branch_train:
+                data, group_rows = self._with_continuations(data, cont)
+                branch_metrics["rollout/trained_rows"] = float(data["mask"].any(1).sum())
         # Every sampled completion counts, branch continuations included: env steps (total_steps,
         # the curves' x axis), time/sps and the throughput figures are honest about the cost.
         self.completions += sampled
@@ -409,11 +414,73 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
             metrics[f"rollout/reward/{name}"] = float(vals.mean())
         self.updates += 1
         self._log_completions(prompts, texts, answers, total, acc)
-        return Batch(data, self.group_size, metrics)
+        return Batch(data, group_rows, metrics)
+
+    def _with_continuations(self, data: dict[str, Tensor], cont: dict[str, Tensor]) -> tuple[dict[str, Tensor], int]:
+        """``text.branch_train``: the batch with every continuation as a member of its prompt's group.
+
+        A group's rows become its ``G`` completions followed by ``G * branch_points * branch_size``
+        slots for continuations. A continuation's row is its prompt, then its prefix and its own
+        tokens as one completion; only its own tokens are trained (``mask``), and it carries the
+        branch point at its start with the prefix's value, so the segment advantage of its tokens
+        is its return minus that value (:func:`grpo_marl.advantages.segment_advantages`), and the
+        continuations of one prefix are credited against each other, as the members of a prompt
+        group are. Slots a completion did not fill (a completion too short to branch) are copies
+        of the group's first completion with nothing to train (no valid token), so every batch has
+        the same group size (dynamic sampling concatenates batches) and these rows drop out of the
+        loss (:meth:`grpo_marl.algos.grpo.GRPO.rows_with_signal`).
+
+        Returns the data and the new group size.
+        """
+        g, n_groups, dev = self.group_size, self.num_groups, self.device
+        slots = g * self.branch_points * self.branch_size
+        width = g + slots
+        total = n_groups * width
+        ar = torch.arange(total, device=dev)
+        orig = torch.arange(n_groups * g, device=dev)
+        orig_slot = (orig // g) * width + orig % g
+        filler = (ar // width) * g  # the group's first completion
+        out = {}
+        for key, v in data.items():
+            rows = v[filler].clone()
+            if key in ("mask", "rewards", "branch_mask", "branch_value", "logp"):
+                rows.zero_()
+            rows[orig_slot] = v
+            out[key] = rows
+        src = cont["src"]
+        n = int(src.numel())
+        if n:
+            grp = src // g
+            first = torch.searchsorted(grp, grp)  # src ascends, so a group's continuations are contiguous
+            slot = grp * width + g + (torch.arange(n, device=dev) - first)
+            pw, t_len = self.prompt_width, self.max_new_tokens
+            col = torch.arange(t_len, device=dev)[None, :]
+            start = cont["starts"][:, None]
+            cmask = cont["mask"].long()
+            own = cmask.bool() & (col >= start)
+            if self.mask_truncated:
+                own = own & ~cont["truncated"][:, None]
+            out["input_ids"][slot] = torch.cat([data["input_ids"][src, :pw], cont["ids"]], 1)
+            out["attention_mask"][slot] = torch.cat([data["attention_mask"][src, :pw], cmask], 1)
+            out["completion_mask"][slot] = cmask
+            out["mask"][slot] = own
+            last = (cmask.sum(1) - 1).clamp_min(0)
+            rewards = torch.zeros((n, t_len), dtype=out["rewards"].dtype, device=dev)
+            rewards[torch.arange(n, device=dev), last] = cont["returns"].to(rewards.dtype)
+            out["rewards"][slot] = rewards * own.to(rewards.dtype)
+            c_logp = cont["logp"]
+            idx = (col - start).clamp(0, max(c_logp.shape[1] - 1, 0))
+            logp = c_logp.gather(1, idx) if c_logp.shape[1] else torch.zeros_like(rewards)
+            out["logp"][slot] = torch.where(own, logp.to(out["logp"].dtype), torch.zeros_like(logp))
+            out["branch_mask"][slot] = (col == start) & own
+            out["branch_value"][slot] = torch.where(
+                col == start, cont["values"][:, None].to(out["branch_value"].dtype), torch.zeros_like(rewards)
+            )
+        return out, width
 
     def _branch(
         self, policy: TextPolicy, gen: Generation, prompts: list[str], answers: list[str]
-    ) -> tuple[Tensor, Tensor, dict[str, float]]:
+    ) -> tuple[Tensor, Tensor, dict[str, float], dict[str, Tensor]]:
         """State groups: ``text.branch_size`` continuations from prefixes of every completion.
 
         The branch points come from ``text.branch_rule`` (:func:`grpo_marl.text.branching.branch_points`);
@@ -421,11 +488,15 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
         (:meth:`~grpo_marl.policies.llm.LLMPolicy.branch`), each within what is left of the
         completion budget, and scored as whole completions (prefix + continuation). Returns
         ``branch_mask[B, T]`` (a branch point before token t), ``branch_value[B, T]`` (the mean
-        reward of its continuations: the prefix's Monte-Carlo value) and the branch metrics.
+        reward of its continuations: the prefix's Monte-Carlo value), the branch metrics and the
+        continuations themselves (``src`` completion, ``starts``, joined ``ids``/``mask``, their own
+        tokens' ``logp``, ``truncated``, ``returns``, their prefix's ``values``).
 
-        The continuations are value estimates only, not trained on: their reward reaches the
-        prefix's tokens through the segment advantages, the batch keeps its one-row-per-completion
+        By default the continuations are value estimates only, not trained on: their reward reaches
+        the prefix's tokens through the segment advantages, the batch keeps its one-row-per-completion
         groups, and the loss's token count is that of the prompt groups (VinePPO's choice too).
+        ``text.branch_train=true`` also trains on them (:meth:`_with_continuations`; TreeRL's and
+        TreePO's choice): the tokens spent on branches then feed the gradient as well.
         """
         b, t_len = gen.completion_mask.shape
         dev = gen.completion_mask.device
@@ -439,8 +510,10 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
             "rollout/branch_completions": 0.0,
             "rollout/branch_tokens": 0.0,
         }
+        empty = torch.zeros(0, dtype=torch.long, device=dev)
+        cont: dict[str, Tensor] = {"src": empty}
         if rows.numel() == 0:
-            return bmask, bvalue, metrics
+            return bmask, bvalue, metrics, cont
         k = self.branch_size
         br = policy.branch(
             gen,
@@ -470,7 +543,17 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
             "rollout/branch_accuracy": float(acc.mean()),
             "rollout/branch_value_mean": float(values.mean()),
         })  # fmt: skip
-        return bmask, bvalue, metrics
+        cont = {
+            "src": rep_rows,
+            "starts": rep_starts,
+            "ids": ids,
+            "mask": mask,
+            "logp": br.logp,
+            "truncated": br.truncated,
+            "returns": torch.as_tensor(total, dtype=torch.float32, device=dev),
+            "values": values.repeat_interleave(k),
+        }
+        return bmask, bvalue, metrics, cont
 
     def _log_completions(
         self, prompts: list[str], texts: list[str], answers: list[str], total: np.ndarray, acc: np.ndarray
