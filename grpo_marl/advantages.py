@@ -404,7 +404,9 @@ def branch_value_scale(
     equal, so every segment advantage is 0 anyway); ``batch``: the std of all of them in the batch,
     + ``eps``; ``none``: 1. Why not the outcome's own divisor: a group whose members all got the same
     return (std 0) can still hold branch points with other values, and that credit is the point of
-    branching; the std of the values measured for the prompt keeps it in the same units.
+    branching; the std of the values measured for the prompt keeps it in the same units. When the
+    continuations are members of the group too (``text.branch_train``), each carries its prefix's
+    value at its start, so that value counts once per continuation as well as on its completion.
     """
     _check_scale(scale)
     returns = _as_float(returns, "returns")

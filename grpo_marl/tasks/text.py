@@ -22,7 +22,8 @@ branches at ``text.branch_points`` prefixes and ``text.branch_size`` continuatio
 each (prefix KV cache reused); their mean reward is the prefix's Monte-Carlo value, which the
 algorithm turns into segment advantages (:func:`grpo_marl.advantages.branched_advantages`). The
 continuations count as sampled completions everywhere (env steps, ``rollout/sampled_tokens``,
-``rollout/branch_tokens``, throughput).
+``rollout/branch_tokens``, throughput). With ``text.branch_train=true`` they are also trained on,
+as members of their prompt's group (:meth:`TextTask._with_continuations`).
 """
 
 from __future__ import annotations
