@@ -311,24 +311,27 @@ def any_flag(flag: bool, ctx: DistContext) -> bool:
     return bool(t.item() > 0)
 
 
-def first_error(error: BaseException | None, ctx: DistContext) -> str | None:
-    """Agree on whether any rank failed; returns ``"rank r: message"`` of the first that did.
+def first_error(error: BaseException | None, ctx: DistContext) -> tuple[int, str] | None:
+    """Agree on whether any rank failed; returns ``(rank, one-line error)`` of the first that did
+    (:func:`grpo_marl.errors.one_line`, as that rank records it in ``summary.json``).
 
     Collection errors (an env worker crashing, a NaN observation) happen on one rank; without
     this, the others would wait in the next collective until the timeout. One tiny all-reduce per
     update in the common case; the messages travel only when something failed.
     """
+    from grpo_marl.errors import one_line
+
     if not ctx.enabled:
-        return None if error is None else str(error)
+        return None if error is None else (ctx.rank, one_line(error))
     if not any_flag(error is not None, ctx):
         return None
     import torch.distributed as tdist
 
     msgs: list[Any] = [None] * ctx.world_size
-    tdist.all_gather_object(msgs, None if error is None else f"{type(error).__name__}: {error}")
+    tdist.all_gather_object(msgs, None if error is None else one_line(error))
     for r, m in enumerate(msgs):
         if m is not None:
-            return f"rank {r}: {m}"
+            return r, m
     return None
 
 

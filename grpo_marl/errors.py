@@ -57,7 +57,15 @@ EnvWorkerError = EnvError
 
 
 class RemoteRankError(TrainingStopped):
-    """Another torchrun rank failed (its message is quoted); this rank stops with it."""
+    """Another torchrun rank failed (its message is quoted); this rank stops with it.
+
+    ``origin_rank`` / ``origin_error``: the rank that failed and its one-line error, so this rank
+    can record the failure on its behalf when that rank is too slow to record it itself."""
+
+    def __init__(self, message: str, origin_rank: int | None = None, origin_error: str = "") -> None:
+        super().__init__(message)
+        self.origin_rank = origin_rank
+        self.origin_error = origin_error
 
 
 # -- appended by the reliability work (issue 12) -----------------------------------------------
@@ -159,3 +167,12 @@ def filesystem_message(exc: BaseException, path: object = None) -> str | None:
     else:
         advice = "make the directory writable or pass hydra.run.dir=<a writable directory>"
     return f"{what}{target}: {advice}"
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line: our own errors by their message (it names the key, env or file),
+    anything else prefixed with its type."""
+    text = str(exc).strip()
+    if isinstance(exc, (TrainingStopped, UserInputError, FilesystemError)):
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -46,11 +46,11 @@ from grpo_marl.checkpoint import checkpoint_path, previous_path, read_checkpoint
 from grpo_marl.errors import (
     CheckpointError,
     ConfigError,
-    FilesystemError,
     RemoteRankError,
     TrainingStopped,
     UserInputError,
     filesystem_message,
+    one_line,
 )
 
 #: Exit codes of the contract (README, "When something goes wrong").
@@ -404,13 +404,25 @@ def _checkpoint_note(run_dir: Path) -> tuple[str | None, str]:
     return None, "No checkpoint yet: the run failed before its first checkpoint."
 
 
-def error_log_path(run_dir: Path) -> Path:
-    """Where this process writes its traceback: ``error.log``, or under torchrun every rank its
-    own ``error.rank<N>.log`` (a rank's traceback is the one that explains its failure; rank 0's
-    alone is usually only the collective's reaction to it)."""
+def error_log_path(run_dir: Path, rank: int | None = None) -> Path:
+    """Where this process (or torchrun rank ``rank``) writes its traceback: ``error.log``, or
+    under torchrun every rank its own ``error.rank<N>.log`` (a rank's traceback is the one that
+    explains its failure; rank 0's alone is usually only the collective's reaction to it)."""
     if dist.env_world_size() > 1:
-        return run_dir / f"error.rank{dist.env_rank()}.log"
+        return run_dir / f"error.rank{dist.env_rank() if rank is None else rank}.log"
     return run_dir / ERROR_LOG
+
+
+def _origin(exc: BaseException) -> tuple[int, str] | None:
+    """``(rank, one-line error)`` of the rank whose failure ``exc`` relays, when it says."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, RemoteRankError) and cur.origin_rank is not None:
+            return cur.origin_rank, cur.origin_error
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def _is_reaction(exc: BaseException) -> bool:
@@ -437,11 +449,18 @@ _PEER_GONE = (
 )
 
 
+#: How long a rank that only reacted to another's failure waits for that rank's own record.
+_RECORD_WAIT_S = 5.0
+
+
 def _record_failure(run_dir: Path, cfg: DictConfig, exc: BaseException, status: str) -> dict[str, Any]:
     """Write the traceback (:func:`error_log_path`) and ``summary.json`` (``status``, message,
     checkpoint). Under torchrun the summary names the rank that failed first (``failed_rank``):
     a failing rank records its own error before it exits, and a rank whose error is only the
-    reaction to it keeps that record instead of replacing it."""
+    reaction to it keeps that record instead of replacing it. A reaction that knows the failing
+    rank (:class:`RemoteRankError`) and finds no record after a moment writes that rank's record
+    on its behalf (a starved or slow rank may record late; its own record then replaces it, so
+    the summary never blames the rank that only reacted)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log = error_log_path(run_dir)
     with open(log, "a") as f:
@@ -452,7 +471,7 @@ def _record_failure(run_dir: Path, cfg: DictConfig, exc: BaseException, status: 
     previous = _read_summary(run_dir)
     if world > 1 and _is_reaction(exc):
         # the failing rank writes its record before it exits; give it a moment to land
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + _RECORD_WAIT_S
         while "failed_rank" not in previous and time.monotonic() < deadline:
             time.sleep(0.05)
             previous = _read_summary(run_dir)
@@ -460,10 +479,14 @@ def _record_failure(run_dir: Path, cfg: DictConfig, exc: BaseException, status: 
         previous = {}  # a previous run's summary (resume): this one replaces it
     ckpt, _ = _checkpoint_note(run_dir)
     summary = _merge_summary(cfg, previous)
-    error = previous.get("error") or _one_line(exc)
+    error = previous.get("error") or one_line(exc)
     fields: dict[str, Any] = {"error_log": previous.get("error_log") or str(log)}
-    if world > 1 and "failed_rank" not in previous:
-        error = f"rank {rank}: {_one_line(exc)}"
+    origin = _origin(exc)
+    if world > 1 and "failed_rank" not in previous and origin is not None:
+        error = f"rank {origin[0]}: {origin[1]}"  # on behalf of the failing rank, which has not recorded yet
+        fields = {"failed_rank": origin[0], "error_log": str(error_log_path(run_dir, origin[0]))}
+    elif world > 1 and ("failed_rank" not in previous or (not _is_reaction(exc) and previous["failed_rank"] == rank)):
+        error = f"rank {rank}: {one_line(exc)}"
         fields = {"failed_rank": rank, "error_log": str(log)}
     summary.update(status=status, error=error, checkpoint=ckpt, **fields)
     _write_summary(run_dir, summary)
@@ -482,13 +505,6 @@ def _record_failure_safely(run_dir: Path, cfg: DictConfig, exc: BaseException, s
         except OSError:
             pass
         return False
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    if isinstance(exc, (TrainingStopped, UserInputError, FilesystemError)):
-        return text
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _fail(message: str, code: int) -> None:
@@ -532,7 +548,7 @@ def _run_cli(cfg: DictConfig, overrides: list[str], run_dir: Path) -> None:
             dist.barrier_on_failure(dist.init())
             message = str(exc)
         else:
-            message = fs_message or f"unexpected {_one_line(exc)}"
+            message = fs_message or f"unexpected {one_line(exc)}"
         if recorded is None and (dist.env_rank() == 0 or dist.env_world_size() > 1):
             recorded = _record_failure_safely(actual_dir, cfg, exc, "failed")
         if recorded is False:

@@ -248,11 +248,14 @@ class Trainer:
             if not self.ctx.enabled:
                 raise
             error = exc
-        message = dist.first_error(error, self.ctx)
-        if message is not None:
+        first = dist.first_error(error, self.ctx)
+        if first is not None:
             if error is not None:
                 raise error
-            raise RemoteRankError(f"stopping because another rank failed: {message}")
+            rank, message = first
+            raise RemoteRankError(
+                f"stopping because another rank failed: rank {rank}: {message}", origin_rank=rank, origin_error=message
+            )
         assert batch is not None  # no rank failed, so this rank's collect() returned
         return batch
 
