@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -413,30 +414,31 @@ def error_log_path(run_dir: Path, rank: int | None = None) -> Path:
     return run_dir / ERROR_LOG
 
 
-def _origin(exc: BaseException) -> tuple[int, str] | None:
-    """``(rank, one-line error)`` of the rank whose failure ``exc`` relays, when it says."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or during (each once)."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
+def _origin(exc: BaseException) -> tuple[int, str] | None:
+    """``(rank, one-line error)`` of the rank whose failure ``exc`` relays, when it says."""
+    for cur in _chain(exc):
         if isinstance(cur, RemoteRankError) and cur.origin_rank is not None:
             return cur.origin_rank, cur.origin_error
-        cur = cur.__cause__ or cur.__context__
     return None
 
 
 def _is_reaction(exc: BaseException) -> bool:
     """Whether a torchrun rank's error is its reaction to another rank's failure (that rank's
     message relayed, or the process group breaking because a peer exited) rather than its own."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        text = f"{type(cur).__name__}: {cur}"
-        if isinstance(cur, RemoteRankError) or any(s in text for s in _PEER_GONE):
-            return True
-        cur = cur.__cause__ or cur.__context__
-    return False
+    return any(
+        isinstance(cur, RemoteRankError) or any(s in f"{type(cur).__name__}: {cur}" for s in _PEER_GONE)
+        for cur in _chain(exc)
+    )
 
 
 #: how gloo/NCCL/c10d report a peer that exited or closed its connection

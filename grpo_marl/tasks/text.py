@@ -469,10 +469,9 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
             rewards = torch.zeros((n, t_len), dtype=out["rewards"].dtype, device=dev)
             rewards[torch.arange(n, device=dev), last] = cont["returns"].to(rewards.dtype)
             out["rewards"][slot] = rewards * own.to(rewards.dtype)
-            c_logp = cont["logp"]
-            idx = (col - start).clamp(0, max(c_logp.shape[1] - 1, 0))
-            logp = c_logp.gather(1, idx) if c_logp.shape[1] else torch.zeros_like(rewards)
-            out["logp"][slot] = torch.where(own, logp.to(out["logp"].dtype), torch.zeros_like(logp))
+            c_logp = cont["logp"]  # [n, >= 1]: every continuation has a token
+            logp = c_logp.gather(1, (col - start).clamp(0, c_logp.shape[1] - 1)).to(out["logp"].dtype)
+            out["logp"][slot] = torch.where(own, logp, torch.zeros_like(logp))
             out["branch_mask"][slot] = (col == start) & own
             out["branch_value"][slot] = torch.where(
                 col == start, cont["values"][:, None].to(out["branch_value"].dtype), torch.zeros_like(rewards)
@@ -511,8 +510,7 @@ class TextTask(Task[LLMPolicy, AdapterDisabledReference]):
             "rollout/branch_completions": 0.0,
             "rollout/branch_tokens": 0.0,
         }
-        empty = torch.zeros(0, dtype=torch.long, device=dev)
-        cont: dict[str, Tensor] = {"src": empty}
+        cont: dict[str, Tensor] = {"src": torch.zeros(0, dtype=torch.long, device=dev)}
         if rows.numel() == 0:
             return bmask, bvalue, metrics, cont
         k = self.branch_size
